@@ -1,0 +1,212 @@
+"""
+Every exception amplifier_anyio raises, under one root.
+
+Hierarchy::
+
+    AmplifierError
+    ├── ConfigError (+ ValueError) ........ a bad mount plan, module config or CLI input
+    ├── ValidationError (+ ValueError) .... a payload that does not fit a model
+    ├── ModuleNotFoundError ............... no resolver, entry point or package has the id
+    ├── ModuleLoadError ................... found, but import or validation failed
+    ├── MountError (+ ValueError) ......... misuse of the coordinator's mount points
+    ├── ApprovalTimeoutError .............. an approval system gave no answer in time
+    ├── SessionError (+ RuntimeError) ..... a session used in the wrong state
+    └── LLMError .......................... a provider call failed
+        ├── RateLimitError
+        │   └── QuotaExceededError
+        ├── AuthenticationError
+        │   └── AccessDeniedError
+        ├── ContextLengthError
+        ├── ContentFilterError
+        ├── InvalidRequestError
+        ├── NotFoundError
+        ├── ProviderUnavailableError
+        │   └── NetworkError
+        ├── LLMTimeoutError (+ TimeoutError)
+        ├── StreamError
+        └── InvalidToolCallError
+
+Deadlines that are not a provider's raise the builtin :class:`TimeoutError`. Cancellation
+is never wrapped: the backend's cancellation exception always propagates unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = (
+    "AmplifierError",
+    "ConfigError",
+    "ValidationError",
+    "ModuleNotFoundError",
+    "ModuleLoadError",
+    "MountError",
+    "ApprovalTimeoutError",
+    "SessionError",
+    "LLMError",
+    "RateLimitError",
+    "QuotaExceededError",
+    "AuthenticationError",
+    "AccessDeniedError",
+    "ContextLengthError",
+    "ContentFilterError",
+    "InvalidRequestError",
+    "NotFoundError",
+    "ProviderUnavailableError",
+    "NetworkError",
+    "LLMTimeoutError",
+    "StreamError",
+    "InvalidToolCallError",
+)
+
+
+class AmplifierError(Exception):
+    """Root of every exception raised by amplifier_anyio."""
+
+
+class ConfigError(AmplifierError, ValueError):
+    """A mount plan, module config or command-line value is invalid.
+
+    The message names the field and the problem in one line, for example
+    ``providers[0].module: required``.
+    """
+
+
+class ValidationError(AmplifierError, ValueError):
+    """A payload could not be structured into a model.
+
+    Each entry of :attr:`errors` is one line ``<path>: <problem>``.
+    """
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = tuple(errors)
+        super().__init__("; ".join(errors) if errors else "invalid payload")
+
+
+class ModuleNotFoundError(AmplifierError):  # noqa: A001 - upstream's name, scoped to this package
+    """No source resolver, entry point or importable package provides the module id."""
+
+    def __init__(self, module_id: str, tried: list[str]) -> None:
+        self.module_id = module_id
+        self.tried = tuple(tried)
+        where = "; ".join(tried) if tried else "nothing to try"
+        super().__init__(f"module {module_id!r} not found (tried: {where})")
+
+
+class ModuleLoadError(AmplifierError):
+    """A module was found but could not be imported or has no usable ``mount``."""
+
+    def __init__(self, module_id: str, reason: str) -> None:
+        self.module_id = module_id
+        self.reason = reason
+        super().__init__(f"module {module_id!r} could not be loaded: {reason}")
+
+
+class MountError(AmplifierError, ValueError):
+    """A coordinator mount point was used the wrong way (unknown point, missing name)."""
+
+
+class ApprovalTimeoutError(AmplifierError):
+    """An approval system did not answer before its timeout."""
+
+
+class SessionError(AmplifierError, RuntimeError):
+    """A session was used in a state that does not allow the call."""
+
+
+class LLMError(AmplifierError):
+    """A provider call failed.
+
+    ``retryable`` says whether repeating the same request may succeed; ``retry_after`` is
+    the server's requested delay in seconds, when it gave one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+        status_code: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        body: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.provider = provider
+        self.model = model
+        self.status_code = status_code
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.body = body
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.message!r}, provider={self.provider!r}, "
+            f"status_code={self.status_code!r}, retryable={self.retryable!r})"
+        )
+
+
+class RateLimitError(LLMError):
+    """The provider throttled the request (HTTP 429)."""
+
+
+class QuotaExceededError(RateLimitError):
+    """The account's quota or credit is exhausted; waiting will not help."""
+
+
+class AuthenticationError(LLMError):
+    """The credentials were missing or rejected (HTTP 401)."""
+
+
+class AccessDeniedError(AuthenticationError):
+    """The credentials are valid but not allowed to do this (HTTP 403)."""
+
+
+class ContextLengthError(LLMError):
+    """The request does not fit the model's context window."""
+
+
+class ContentFilterError(LLMError):
+    """The provider refused the content by policy."""
+
+
+class InvalidRequestError(LLMError):
+    """The provider rejected the request as malformed (HTTP 400, 422)."""
+
+
+class NotFoundError(LLMError):
+    """The model or endpoint does not exist (HTTP 404)."""
+
+
+class ProviderUnavailableError(LLMError):
+    """The provider failed or is overloaded (HTTP 5xx, 529)."""
+
+
+class NetworkError(ProviderUnavailableError):
+    """The connection failed before a response arrived."""
+
+
+class LLMTimeoutError(LLMError, TimeoutError):
+    """The provider did not answer within the request timeout."""
+
+
+class StreamError(LLMError):
+    """A streaming response broke off or could not be decoded."""
+
+
+class InvalidToolCallError(LLMError):
+    """The model produced a tool call that cannot be decoded."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        tool_name: str | None = None,
+        raw_arguments: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.tool_name = tool_name
+        self.raw_arguments = raw_arguments

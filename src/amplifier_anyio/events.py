@@ -1,0 +1,160 @@
+"""
+Canonical event names.
+
+Every name of upstream Amplifier's ``ALL_EVENTS`` (same strings, same order), followed by
+the events amplifier_anyio adds: ``session:config`` (upstream emits it but does not list it)
+and the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``. Names follow
+``namespace:action[:detail]`` in lower case; each constant is the upper snake case of its
+string.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = (
+    "SESSION_START",
+    "SESSION_END",
+    "SESSION_FORK",
+    "SESSION_RESUME",
+    "PROMPT_SUBMIT",
+    "PROMPT_COMPLETE",
+    "PLAN_START",
+    "PLAN_END",
+    "PROVIDER_REQUEST",
+    "PROVIDER_RESPONSE",
+    "PROVIDER_RETRY",
+    "PROVIDER_ERROR",
+    "PROVIDER_THROTTLE",
+    "PROVIDER_TOOL_SEQUENCE_REPAIRED",
+    "PROVIDER_RESOLVE",
+    "LLM_REQUEST",
+    "LLM_RESPONSE",
+    "CONTENT_BLOCK_START",
+    "CONTENT_BLOCK_DELTA",
+    "CONTENT_BLOCK_END",
+    "THINKING_DELTA",
+    "THINKING_FINAL",
+    "TOOL_PRE",
+    "TOOL_POST",
+    "TOOL_ERROR",
+    "CONTEXT_PRE_COMPACT",
+    "CONTEXT_POST_COMPACT",
+    "CONTEXT_COMPACTION",
+    "CONTEXT_INCLUDE",
+    "ORCHESTRATOR_COMPLETE",
+    "EXECUTION_START",
+    "EXECUTION_END",
+    "USER_NOTIFICATION",
+    "ARTIFACT_WRITE",
+    "ARTIFACT_READ",
+    "POLICY_VIOLATION",
+    "APPROVAL_REQUIRED",
+    "APPROVAL_GRANTED",
+    "APPROVAL_DENIED",
+    "CANCEL_REQUESTED",
+    "CANCEL_COMPLETED",
+    "MODULE_ON_SESSION_READY_FAILED",
+    "MODULE_LOAD_FAILED",
+    "SESSION_CONFIG",
+    "TOOL_SELECTING",
+    "TOOL_SELECTED",
+    "ALL_EVENTS",
+)
+
+SESSION_START: Final = "session:start"
+SESSION_END: Final = "session:end"
+SESSION_FORK: Final = "session:fork"
+SESSION_RESUME: Final = "session:resume"
+PROMPT_SUBMIT: Final = "prompt:submit"
+PROMPT_COMPLETE: Final = "prompt:complete"
+PLAN_START: Final = "plan:start"
+PLAN_END: Final = "plan:end"
+PROVIDER_REQUEST: Final = "provider:request"
+PROVIDER_RESPONSE: Final = "provider:response"
+PROVIDER_RETRY: Final = "provider:retry"
+PROVIDER_ERROR: Final = "provider:error"
+PROVIDER_THROTTLE: Final = "provider:throttle"
+PROVIDER_TOOL_SEQUENCE_REPAIRED: Final = "provider:tool_sequence_repaired"
+PROVIDER_RESOLVE: Final = "provider:resolve"
+LLM_REQUEST: Final = "llm:request"
+LLM_RESPONSE: Final = "llm:response"
+CONTENT_BLOCK_START: Final = "content_block:start"
+CONTENT_BLOCK_DELTA: Final = "content_block:delta"
+CONTENT_BLOCK_END: Final = "content_block:end"
+THINKING_DELTA: Final = "thinking:delta"
+THINKING_FINAL: Final = "thinking:final"
+TOOL_PRE: Final = "tool:pre"
+TOOL_POST: Final = "tool:post"
+TOOL_ERROR: Final = "tool:error"
+CONTEXT_PRE_COMPACT: Final = "context:pre_compact"
+CONTEXT_POST_COMPACT: Final = "context:post_compact"
+CONTEXT_COMPACTION: Final = "context:compaction"
+CONTEXT_INCLUDE: Final = "context:include"
+ORCHESTRATOR_COMPLETE: Final = "orchestrator:complete"
+EXECUTION_START: Final = "execution:start"
+EXECUTION_END: Final = "execution:end"
+USER_NOTIFICATION: Final = "user:notification"
+ARTIFACT_WRITE: Final = "artifact:write"
+ARTIFACT_READ: Final = "artifact:read"
+POLICY_VIOLATION: Final = "policy:violation"
+APPROVAL_REQUIRED: Final = "approval:required"
+APPROVAL_GRANTED: Final = "approval:granted"
+APPROVAL_DENIED: Final = "approval:denied"
+CANCEL_REQUESTED: Final = "cancel:requested"
+CANCEL_COMPLETED: Final = "cancel:completed"
+MODULE_ON_SESSION_READY_FAILED: Final = "module:on_session_ready_failed"
+MODULE_LOAD_FAILED: Final = "module:load_failed"
+SESSION_CONFIG: Final = "session:config"
+TOOL_SELECTING: Final = "tool:selecting"
+TOOL_SELECTED: Final = "tool:selected"
+
+ALL_EVENTS: Final[tuple[str, ...]] = (
+    SESSION_START,
+    SESSION_END,
+    SESSION_FORK,
+    SESSION_RESUME,
+    PROMPT_SUBMIT,
+    PROMPT_COMPLETE,
+    PLAN_START,
+    PLAN_END,
+    PROVIDER_REQUEST,
+    PROVIDER_RESPONSE,
+    PROVIDER_RETRY,
+    PROVIDER_ERROR,
+    PROVIDER_THROTTLE,
+    PROVIDER_TOOL_SEQUENCE_REPAIRED,
+    PROVIDER_RESOLVE,
+    LLM_REQUEST,
+    LLM_RESPONSE,
+    CONTENT_BLOCK_START,
+    CONTENT_BLOCK_DELTA,
+    CONTENT_BLOCK_END,
+    THINKING_DELTA,
+    THINKING_FINAL,
+    TOOL_PRE,
+    TOOL_POST,
+    TOOL_ERROR,
+    CONTEXT_PRE_COMPACT,
+    CONTEXT_POST_COMPACT,
+    CONTEXT_COMPACTION,
+    CONTEXT_INCLUDE,
+    ORCHESTRATOR_COMPLETE,
+    EXECUTION_START,
+    EXECUTION_END,
+    USER_NOTIFICATION,
+    ARTIFACT_WRITE,
+    ARTIFACT_READ,
+    POLICY_VIOLATION,
+    APPROVAL_REQUIRED,
+    APPROVAL_GRANTED,
+    APPROVAL_DENIED,
+    CANCEL_REQUESTED,
+    CANCEL_COMPLETED,
+    MODULE_ON_SESSION_READY_FAILED,
+    MODULE_LOAD_FAILED,
+    SESSION_CONFIG,
+    TOOL_SELECTING,
+    TOOL_SELECTED,
+)
+"""Every canonical event name, upstream's first, in upstream's order."""

@@ -1,0 +1,156 @@
+"""The protocols modules implement.
+
+They are structural (``typing.Protocol``) and, as upstream, not runtime-checkable: the
+loader and the coordinator check for the attributes they use. Context managers speak plain
+message dicts (as upstream); orchestrators convert at the provider edge with
+:func:`amplifier_anyio.models.structure`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from .models import ChatRequest, ChatResponse, HookResult, ModelInfo, ProviderInfo, ToolCall
+from .models import ToolResult as ToolResult
+
+if TYPE_CHECKING:
+    from .kernel.coordinator import ModuleCoordinator
+    from .kernel.hooks import HookRegistry
+
+__all__ = (
+    "Orchestrator",
+    "Provider",
+    "StreamingProvider",
+    "Tool",
+    "ContextManager",
+    "HookHandler",
+    "ApprovalSystem",
+    "DisplaySystem",
+    "ModuleSource",
+    "ModuleSourceResolver",
+    "MountFunction",
+    "Cleanup",
+)
+
+Cleanup = Callable[[], Any]
+"""What ``mount()`` may return: a sync or async callable run at session cleanup."""
+
+MountFunction = Callable[["ModuleCoordinator", dict[str, Any]], Awaitable[Cleanup | None]]
+"""A module's ``async def mount(coordinator, config) -> cleanup | None``."""
+
+
+class Orchestrator(Protocol):
+    """Runs one turn: prompt in, answer out. ``kwargs`` carries ``coordinator``."""
+
+    async def execute(
+        self,
+        prompt: str,
+        context: ContextManager,
+        providers: dict[str, Provider],
+        tools: dict[str, Tool],
+        hooks: HookRegistry,
+        **kwargs: Any,
+    ) -> str: ...
+
+
+class Provider(Protocol):
+    """A model backend."""
+
+    @property
+    def name(self) -> str: ...
+
+    def get_info(self) -> ProviderInfo: ...
+
+    async def list_models(self) -> list[ModelInfo]: ...
+
+    async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse: ...
+
+    def parse_tool_calls(self, response: ChatResponse) -> list[ToolCall]: ...
+
+
+class StreamingProvider(Provider, Protocol):
+    """A provider that can also stream.
+
+    ``stream()`` is an async context manager yielding an async iterator of event dicts
+    (``{"type": "content_block:delta", ...}``) whose last item is
+    ``{"type": "response", "response": ChatResponse}``; leaving the context closes the
+    underlying connection, so a cancelled stream never leaks a response.
+    """
+
+    def stream(
+        self, request: ChatRequest, **kwargs: Any
+    ) -> AbstractAsyncContextManager[AsyncIterator[dict[str, Any]]]: ...
+
+
+class Tool(Protocol):
+    """A capability the model can call. ``execute`` may also be a plain function."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def input_schema(self) -> dict[str, Any]: ...
+
+    async def execute(self, input: dict[str, Any]) -> ToolResult: ...  # noqa: A002
+
+
+class ContextManager(Protocol):
+    """Stores the conversation and hands out the view a request should send."""
+
+    async def add_message(self, message: dict[str, Any]) -> None: ...
+
+    async def get_messages_for_request(
+        self, token_budget: int | None = None, provider: Any | None = None
+    ) -> list[dict[str, Any]]: ...
+
+    async def get_messages(self) -> list[dict[str, Any]]: ...
+
+    async def set_messages(self, messages: list[dict[str, Any]]) -> None: ...
+
+    async def clear(self) -> None: ...
+
+
+class HookHandler(Protocol):
+    """A hook: ``await handler(event, data)`` returns a HookResult (or None: continue)."""
+
+    async def __call__(self, event: str, data: dict[str, Any]) -> HookResult | None: ...
+
+
+class ApprovalSystem(Protocol):
+    """Asks a human. Returns the chosen option, or raises ApprovalTimeoutError."""
+
+    async def request_approval(
+        self,
+        prompt: str,
+        options: list[str],
+        timeout: float,
+        default: Literal["allow", "deny"],
+    ) -> str: ...
+
+
+class DisplaySystem(Protocol):
+    """Shows hook messages to the user. Synchronous, as upstream."""
+
+    def show_message(
+        self, message: str, level: Literal["info", "warning", "error"], source: str = "hook"
+    ) -> None: ...
+
+
+class ModuleSource(Protocol):
+    """Where a module's code lives on disk."""
+
+    def resolve(self) -> Path: ...
+
+
+class ModuleSourceResolver(Protocol):
+    """Maps a module id (and an optional source hint) to a :class:`ModuleSource`."""
+
+    def resolve(
+        self, module_id: str, source_hint: Any = None, profile_hint: Any = None
+    ) -> ModuleSource: ...

@@ -1,0 +1,66 @@
+"""Models of amplifier_anyio: attrs values and the converter that (un)structures them.
+
+Every model round-trips: ``structure(unstructure(x), type(x)) == x``.
+"""
+
+from __future__ import annotations
+
+from .converter import converter, structure, unstructure
+from .info import ModelInfo, ModuleInfo, ModuleType, ProviderInfo
+from .messages import (
+    BLOCK_TYPES,
+    ChatRequest,
+    ChatResponse,
+    ContentBlock,
+    ImageBlock,
+    Message,
+    ReasoningBlock,
+    RedactedThinkingBlock,
+    Role,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolSpec,
+    Usage,
+    Visibility,
+)
+from .results import HOOK_ACTIONS, ContextInjection, HookAction, HookResult, ToolResult
+
+__all__ = (
+    # content blocks
+    "TextBlock",
+    "ThinkingBlock",
+    "RedactedThinkingBlock",
+    "ToolCallBlock",
+    "ToolResultBlock",
+    "ImageBlock",
+    "ReasoningBlock",
+    "ContentBlock",
+    "BLOCK_TYPES",
+    "Visibility",
+    # messages and the provider envelope
+    "Role",
+    "Message",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+    "ChatRequest",
+    "ChatResponse",
+    # results
+    "ToolResult",
+    "HookResult",
+    "HookAction",
+    "HOOK_ACTIONS",
+    "ContextInjection",
+    # descriptions
+    "ProviderInfo",
+    "ModelInfo",
+    "ModuleInfo",
+    "ModuleType",
+    # conversion
+    "converter",
+    "structure",
+    "unstructure",
+)

@@ -1,0 +1,160 @@
+"""The project's cattrs converter, and readable errors for bad payloads.
+
+One converter, owned here and never the global one, so module authors' own cattrs hooks
+cannot change how messages serialise. Unstructured values are JSON-ready dicts that omit
+fields left at their default.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar, get_args
+
+import cattrs
+from cattrs.preconf.json import make_converter
+
+from ..errors import ValidationError
+from .messages import BLOCK_TYPES, ContentBlock
+
+__all__ = ("converter", "structure", "unstructure")
+
+T = TypeVar("T")
+
+converter = make_converter(omit_if_default=True, detailed_validation=True)
+"""The converter every part of amplifier_anyio uses."""
+
+_JSON_LEAVES: tuple[type, ...] = (str, int, float, bool, dict, list, types.NoneType)
+
+
+class _PayloadError(ValueError):
+    """A problem whose message is already the readable text to report."""
+
+
+def _structure_block(data: Any, _cls: Any) -> ContentBlock:
+    if not isinstance(data, dict):
+        msg = f"expected a content block object, got {type(data).__name__}"
+        raise _PayloadError(msg)
+    tag = data.get("type")
+    cls = BLOCK_TYPES.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        msg = "missing block type" if tag is None else f"unknown block type {tag!r}"
+        raise _PayloadError(msg)
+    fields = {k: v for k, v in data.items() if k != "type"}
+    return converter.structure(fields, cls)
+
+
+def _unstructure_block(cls: type[Any]) -> Callable[[Any], dict[str, Any]]:
+    base = converter.gen_unstructure_attrs_fromdict(cls)
+
+    def unstructure_block(block: Any) -> dict[str, Any]:
+        return {"type": cls.type, **base(block)}
+
+    return unstructure_block
+
+
+def _structure_content(data: Any, _cls: Any) -> str | list[ContentBlock]:
+    if isinstance(data, str):
+        return data
+    if isinstance(data, list):
+        return converter.structure(data, list[ContentBlock])
+    msg = f"expected a string or a list of content blocks, got {type(data).__name__}"
+    raise _PayloadError(msg)
+
+
+def _is_plain(tp: Any) -> bool:
+    if tp is Any:
+        return True
+    origin = typing.get_origin(tp) or tp
+    return origin in _JSON_LEAVES and all(_is_plain(a) for a in get_args(tp))
+
+
+def _is_plain_json_union(tp: Any) -> bool:
+    """A union of plain JSON types only (``str | dict[str, Any] | None`` and the like)."""
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return False
+    return all(_is_plain(a) for a in get_args(tp))
+
+
+def _structure_plain_union(data: Any, tp: Any) -> Any:
+    kinds = tuple((typing.get_origin(a) or a) for a in get_args(tp))
+    if float in kinds and isinstance(data, int) and not isinstance(data, bool):
+        return float(data)
+    if isinstance(data, kinds) and not (isinstance(data, bool) and bool not in kinds):
+        return data
+    names = " | ".join(k.__name__ for k in kinds)
+    msg = f"expected {names}, got {type(data).__name__}"
+    raise _PayloadError(msg)
+
+
+def _strict(kind: type, *also: type) -> Callable[[Any, Any], Any]:
+    accepted = (kind, *also)
+
+    def structure_exact(data: Any, _cls: Any) -> Any:
+        # bool is an int in Python but never a valid count, text or temperature here.
+        if isinstance(data, accepted) and (kind is bool or not isinstance(data, bool)):
+            return kind(data) if kind is float else data
+        msg = f"expected {kind.__name__}, got {type(data).__name__}"
+        raise _PayloadError(msg)
+
+    return structure_exact
+
+
+# cattrs would coerce (str(3) == "3"); a payload of the wrong type is a bad payload.
+converter.register_structure_hook(str, _strict(str))
+converter.register_structure_hook(int, _strict(int))
+converter.register_structure_hook(float, _strict(float, int))
+converter.register_structure_hook(bool, _strict(bool))
+converter.register_structure_hook(ContentBlock, _structure_block)
+converter.register_structure_hook(str | list[ContentBlock], _structure_content)
+converter.register_structure_hook_func(_is_plain_json_union, _structure_plain_union)
+for _block_cls in BLOCK_TYPES.values():
+    converter.register_unstructure_hook(_block_cls, _unstructure_block(_block_cls))
+converter.register_unstructure_hook(ContentBlock, lambda b: converter.unstructure(b, type(b)))
+
+
+def _describe(exc: BaseException, expected: Any) -> str:
+    if isinstance(exc, _PayloadError):
+        return str(exc)
+    if typing.get_origin(expected) is typing.Literal:
+        choices = ", ".join(repr(a) for a in get_args(expected))
+        return f"must be one of {choices}"
+    if isinstance(exc, KeyError):
+        return "required field missing"
+    if isinstance(exc, ValueError) and str(exc):
+        return str(exc)
+    name = getattr(expected, "__name__", None) or str(expected)
+    if isinstance(exc, TypeError):
+        return f"expected {name}: {exc}"
+    return f"invalid value, expected {name}"
+
+
+def _readable(path: str) -> str:
+    return path.removeprefix("$").removeprefix(".") or "<root>"
+
+
+def structure(data: Any, cls: type[T]) -> T:
+    """Build a ``cls`` from plain data, or raise :class:`ValidationError` naming each path.
+
+    >>> structure({"role": "user", "content": [{"type": "txt"}]}, Message)
+    Traceback (most recent call last):
+    ValidationError: content[0]: unknown block type 'txt'
+    """
+    try:
+        return converter.structure(data, cls)
+    except (cattrs.BaseValidationError, cattrs.StructureHandlerNotFoundError) as exc:
+        lines = cattrs.transform_error(exc, path="$", format_exception=_describe)
+        raise ValidationError([_split(line) for line in lines]) from exc
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValidationError([f"<root>: {_describe(exc, cls)}"]) from exc
+
+
+def _split(line: str) -> str:
+    message, _, path = line.rpartition(" @ ")
+    return f"{_readable(path)}: {message}" if message else line
+
+
+def unstructure(obj: Any) -> Any:
+    """Turn a model (or a list / dict of models) into JSON-ready plain data."""
+    return converter.unstructure(obj)
