@@ -9,6 +9,7 @@ Hierarchy::
     ├── ModuleNotFoundError ............... no resolver, entry point or package has the id
     ├── ModuleLoadError ................... found, but import or validation failed
     ├── MountError (+ ValueError) ......... misuse of the coordinator's mount points
+    ├── InjectionTooLargeError (+ ValueError)  a hook injection over the size limit
     ├── ApprovalTimeoutError .............. an approval system gave no answer in time
     ├── SessionError (+ RuntimeError) ..... a session used in the wrong state
     └── LLMError .......................... a provider call failed
@@ -41,6 +42,7 @@ __all__ = (
     "ModuleNotFoundError",
     "ModuleLoadError",
     "MountError",
+    "InjectionTooLargeError",
     "ApprovalTimeoutError",
     "SessionError",
     "LLMError",
@@ -83,7 +85,7 @@ class ValidationError(AmplifierError, ValueError):
         super().__init__("; ".join(errors) if errors else "invalid payload")
 
 
-class ModuleNotFoundError(AmplifierError):  # noqa: A001 - upstream's name, scoped to this package
+class ModuleNotFoundError(AmplifierError):
     """No source resolver, entry point or importable package provides the module id."""
 
     def __init__(self, module_id: str, tried: list[str]) -> None:
@@ -104,6 +106,10 @@ class ModuleLoadError(AmplifierError):
 
 class MountError(AmplifierError, ValueError):
     """A coordinator mount point was used the wrong way (unknown point, missing name)."""
+
+
+class InjectionTooLargeError(AmplifierError, ValueError):
+    """A hook's context injection is larger than the session's ``injection_size_limit``."""
 
 
 class ApprovalTimeoutError(AmplifierError):

@@ -13,8 +13,15 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from .models import ChatRequest, ChatResponse, HookResult, ModelInfo, ProviderInfo, ToolCall
-from .models import ToolResult as ToolResult
+from .models import (
+    ChatRequest,
+    ChatResponse,
+    HookResult,
+    ModelInfo,
+    ProviderInfo,
+    ToolCall,
+    ToolResult,
+)
 
 if TYPE_CHECKING:
     from .kernel.coordinator import ModuleCoordinator
@@ -97,7 +104,7 @@ class Tool(Protocol):
     @property
     def input_schema(self) -> dict[str, Any]: ...
 
-    async def execute(self, input: dict[str, Any]) -> ToolResult: ...  # noqa: A002
+    async def execute(self, input: dict[str, Any]) -> ToolResult: ...
 
 
 class ContextManager(Protocol):

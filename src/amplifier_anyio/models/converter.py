@@ -93,8 +93,9 @@ def _strict(kind: type, *also: type) -> Callable[[Any, Any], Any]:
 
     def structure_exact(data: Any, _cls: Any) -> Any:
         # bool is an int in Python but never a valid count, text or temperature here.
-        if isinstance(data, accepted) and (kind is bool or not isinstance(data, bool)):
-            return kind(data) if kind is float else data
+        value: Any = data
+        if isinstance(value, accepted) and (kind is bool or not isinstance(value, bool)):
+            return float(value) if kind is float else value  # type: ignore[arg-type]
         msg = f"expected {kind.__name__}, got {type(data).__name__}"
         raise _PayloadError(msg)
 

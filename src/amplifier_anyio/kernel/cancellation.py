@@ -1,0 +1,173 @@
+"""The cancellation token, wired to cancel scopes.
+
+States only move forward: none → graceful → immediate. Graceful is a request: the
+orchestrator lets the running tool batch finish and stops at its next checkpoint.
+Immediate is structural: every cancel scope bound to the token (each orchestrator turn
+binds its own) is cancelled, so an in-flight provider call or tool is interrupted at its
+next checkpoint — no polling needed.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+import attrs
+
+__all__ = ("CancellationState", "CancellationToken", "CancellationStatistics")
+
+logger = logging.getLogger(__name__)
+
+CancelCallback = Callable[[], Awaitable[Any] | Any]
+
+
+class CancellationState(enum.StrEnum):
+    """Where a token is; compares equal to upstream's strings."""
+
+    NONE = "none"
+    GRACEFUL = "graceful"
+    IMMEDIATE = "immediate"
+
+
+@attrs.frozen(kw_only=True)
+class CancellationStatistics:
+    """A snapshot of a token."""
+
+    state: CancellationState
+    running_tools: int
+    bound_scopes: int
+    children: int
+    callbacks: int
+
+
+class CancellationToken:
+    """Graceful / immediate cancellation for a session's turns."""
+
+    def __init__(self) -> None:
+        self._state = CancellationState.NONE
+        self._running: dict[str, str] = {}
+        self._children: list[CancellationToken] = []
+        self._callbacks: list[CancelCallback] = []
+        self._scopes: list[anyio.CancelScope] = []
+
+    @property
+    def state(self) -> CancellationState:
+        """The current state."""
+        return self._state
+
+    @property
+    def is_cancelled(self) -> bool:
+        """True once any cancellation was requested."""
+        return self._state is not CancellationState.NONE
+
+    @property
+    def is_graceful(self) -> bool:
+        """True while the request is graceful (not yet immediate)."""
+        return self._state is CancellationState.GRACEFUL
+
+    @property
+    def is_immediate(self) -> bool:
+        """True once immediate cancellation was requested."""
+        return self._state is CancellationState.IMMEDIATE
+
+    @property
+    def running_tools(self) -> set[str]:
+        """The tool_call_ids currently executing (a copy)."""
+        return set(self._running)
+
+    @property
+    def running_tool_names(self) -> list[str]:
+        """The names of the tools currently executing."""
+        return list(self._running.values())
+
+    def register_tool_start(self, tool_call_id: str, tool_name: str) -> None:
+        """Record that a tool call started."""
+        self._running[tool_call_id] = tool_name
+
+    def register_tool_complete(self, tool_call_id: str) -> None:
+        """Record that a tool call ended, however it ended."""
+        self._running.pop(tool_call_id, None)
+
+    def request_graceful(self) -> bool:
+        """Ask the turn to stop after the current tool batch. True if the state changed."""
+        if self._state is not CancellationState.NONE:
+            return False
+        self._state = CancellationState.GRACEFUL
+        for child in tuple(self._children):
+            child.request_graceful()
+        return True
+
+    def request_immediate(self) -> bool:
+        """Cancel the bound turn scopes now. True if the state changed."""
+        if self._state is CancellationState.IMMEDIATE:
+            return False
+        self._state = CancellationState.IMMEDIATE
+        for scope in tuple(self._scopes):
+            scope.cancel()
+        for child in tuple(self._children):
+            child.request_immediate()
+        return True
+
+    request_cancellation = request_graceful
+
+    def reset(self) -> None:
+        """Back to none, for a new turn; children, callbacks and bound scopes are kept."""
+        self._state = CancellationState.NONE
+        self._running.clear()
+
+    def register_child(self, child: CancellationToken) -> None:
+        """Propagate this token's requests to ``child``, starting with its current state."""
+        self._children.append(child)
+        if self.is_immediate:
+            child.request_immediate()
+        elif self.is_graceful:
+            child.request_graceful()
+
+    def unregister_child(self, child: CancellationToken) -> None:
+        """Stop propagating to ``child``."""
+        if child in self._children:
+            self._children.remove(child)
+
+    @contextmanager
+    def bind_scope(self, scope: anyio.CancelScope) -> Iterator[anyio.CancelScope]:
+        """Let ``request_immediate()`` cancel ``scope`` while the block runs.
+
+        If the token is already immediate the scope is cancelled at once.
+        """
+        self._scopes.append(scope)
+        if self.is_immediate:
+            scope.cancel()
+        try:
+            yield scope
+        finally:
+            self._scopes.remove(scope)
+
+    def on_cancel(self, callback: CancelCallback) -> None:
+        """Run ``callback`` (sync or async) when :meth:`trigger_callbacks` is called."""
+        self._callbacks.append(callback)
+
+    async def trigger_callbacks(self) -> None:
+        """Run the callbacks in order; a failing one is logged and the rest still run."""
+        await anyio.lowlevel.checkpoint()
+        for callback in tuple(self._callbacks):
+            try:
+                result = callback()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                logger.exception("cancel callback %r failed", callback)
+
+    def statistics(self) -> CancellationStatistics:
+        """A snapshot of the token's state and bookkeeping."""
+        return CancellationStatistics(
+            state=self._state,
+            running_tools=len(self._running),
+            bound_scopes=len(self._scopes),
+            children=len(self._children),
+            callbacks=len(self._callbacks),
+        )

@@ -1,0 +1,359 @@
+"""The module coordinator: mount points, capabilities, contributions, cleanup, cancel.
+
+Mount rules and messages follow upstream Amplifier: single-slot points (``orchestrator``,
+``context``, ``module-source-resolver``) are replaced on mount; multi-slot points
+(``providers``, ``tools``) need a name; hooks register with the HookRegistry directly.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+
+from ..errors import ApprovalTimeoutError, InjectionTooLargeError, MountError
+from ..events import CANCEL_REQUESTED
+from ..interfaces import ApprovalSystem, DisplaySystem
+from ..models import HookResult
+from .cancellation import CancellationToken
+from .hooks import HookRegistry
+
+__all__ = ("ModuleCoordinator", "MOUNT_POINTS")
+
+logger = logging.getLogger(__name__)
+
+MOUNT_POINTS = ("orchestrator", "providers", "tools", "context", "hooks", "module-source-resolver")
+"""Every mount point, in upstream's order."""
+
+_SINGLE = ("orchestrator", "context", "module-source-resolver")
+_MULTI = ("providers", "tools")
+_ALLOW = ("allow", "allow once", "allow always")
+
+
+class ModuleCoordinator:
+    """Where modules meet: mount points, capabilities, contribution channels and cleanup.
+
+    ``session`` is anything with ``session_id``, ``parent_id`` and ``config`` (or None).
+    """
+
+    cleanup_timeout: float = 10.0
+    """Seconds each cleanup function may take before it is abandoned."""
+
+    def __init__(
+        self,
+        session: Any = None,
+        approval_system: ApprovalSystem | None = None,
+        display_system: DisplaySystem | None = None,
+    ) -> None:
+        self.session = session
+        self.approval_system = approval_system
+        self.display_system = display_system
+        self.hooks = HookRegistry()
+        self.cancellation = CancellationToken()
+        self.mount_points: dict[str, Any] = {
+            "orchestrator": None,
+            "providers": {},
+            "tools": {},
+            "context": None,
+            "hooks": self.hooks,
+            "module-source-resolver": None,
+        }
+        self.capabilities: dict[str, Any] = {}
+        self.channels: dict[str, list[dict[str, Any]]] = {}
+        self.loader: Any = None
+        self._cleanup_fns: list[Callable[[], Any]] = []
+        self._turn_injection_tokens = 0
+        self._pending_cancel: dict[str, Any] | None = None
+
+    # -- identity and config -------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str | None:
+        """The owning session's id."""
+        return getattr(self.session, "session_id", None)
+
+    @property
+    def parent_id(self) -> str | None:
+        """The owning session's parent id."""
+        return getattr(self.session, "parent_id", None)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The owning session's mount plan as a dict (empty without a session)."""
+        config = getattr(self.session, "config", None)
+        return config if isinstance(config, dict) else {}
+
+    @property
+    def injection_size_limit(self) -> int | None:
+        """Largest hook injection in characters, from ``session.injection_size_limit``."""
+        limit = self.config.get("session", {}).get("injection_size_limit")
+        return int(limit) if limit is not None else None
+
+    @property
+    def injection_budget_per_turn(self) -> int | None:
+        """Token budget for hook injections per turn (a warning when exceeded)."""
+        budget = self.config.get("session", {}).get("injection_budget_per_turn")
+        return int(budget) if budget is not None else None
+
+    # -- mount points --------------------------------------------------------------------
+
+    async def mount(self, mount_point: str, module: Any, name: str | None = None) -> None:
+        """Put ``module`` at ``mount_point`` (under ``name`` for providers and tools)."""
+        await anyio.lowlevel.checkpoint()
+        self._check_point(mount_point)
+        if mount_point == "hooks":
+            msg = "Hooks should be registered directly with the HookRegistry"
+            raise MountError(msg)
+        if mount_point in _SINGLE:
+            if self.mount_points[mount_point] is not None:
+                logger.info("replacing the module mounted at %s", mount_point)
+            self.mount_points[mount_point] = module
+            return
+        key = name or getattr(module, "name", None)
+        if not key:
+            msg = f"Name required for {mount_point}"
+            raise MountError(msg)
+        self.mount_points[mount_point][key] = module
+
+    async def unmount(self, mount_point: str, name: str | None = None) -> None:
+        """Remove what is mounted at ``mount_point`` (a missing name is ignored)."""
+        await anyio.lowlevel.checkpoint()
+        self._check_point(mount_point)
+        if mount_point in _SINGLE:
+            self.mount_points[mount_point] = None
+        elif mount_point in _MULTI:
+            if not name:
+                msg = f"Name required to unmount from {mount_point}"
+                raise MountError(msg)
+            self.mount_points[mount_point].pop(name, None)
+
+    def get(self, mount_point: str, name: str | None = None) -> Any:
+        """The module at a single-slot point, the live dict of a multi-slot point, or one entry."""
+        self._check_point(mount_point)
+        if mount_point in _MULTI:
+            slot = self.mount_points[mount_point]
+            return slot if name is None else slot.get(name)
+        return self.mount_points[mount_point]
+
+    @staticmethod
+    def _check_point(mount_point: str) -> None:
+        if mount_point not in MOUNT_POINTS:
+            msg = f"Unknown mount point: {mount_point}"
+            raise MountError(msg)
+
+    # -- capabilities and contributions --------------------------------------------------
+
+    def register_capability(self, name: str, value: Any) -> None:
+        """Offer ``value`` under ``name`` (replacing any previous value)."""
+        self.capabilities[name] = value
+
+    def get_capability(self, name: str) -> Any:
+        """The value offered under ``name``, or None."""
+        return self.capabilities.get(name)
+
+    def register_contributor(self, channel: str, name: str, callback: Callable[[], Any]) -> None:
+        """Add a contributor to ``channel``; contributors run in registration order."""
+        self.channels.setdefault(channel, []).append({"name": name, "callback": callback})
+
+    async def collect_contributions(self, channel: str) -> list[Any]:
+        """Ask every contributor of ``channel``; None answers are dropped, failures skipped."""
+        await anyio.lowlevel.checkpoint()
+        contributions: list[Any] = []
+        for contributor in tuple(self.channels.get(channel, ())):
+            try:
+                value = contributor["callback"]()
+                if inspect.isawaitable(value):
+                    value = await value
+            except Exception:
+                logger.exception("contributor %s of %s failed", contributor["name"], channel)
+                continue
+            if value is not None:
+                contributions.append(value)
+        return contributions
+
+    # -- cleanup -------------------------------------------------------------------------
+
+    def register_cleanup(self, fn: Any) -> None:
+        """Run ``fn`` (sync or async) at cleanup; None and non-callables are ignored."""
+        if callable(fn):
+            self._cleanup_fns.append(fn)
+
+    async def cleanup(self) -> None:
+        """Run the cleanups in reverse order, each shielded and bounded.
+
+        One failing does not stop the rest. A host cancellation that arrives meanwhile is
+        delivered at the next checkpoint after the last cleanup.
+        """
+        fatal: BaseException | None = None
+        with anyio.CancelScope(shield=True):
+            while self._cleanup_fns:
+                fn = self._cleanup_fns.pop()
+                error = await self._run_cleanup(fn)
+                if fatal is None and error is not None:
+                    fatal = error
+        if fatal is not None:
+            raise fatal
+        await anyio.lowlevel.checkpoint()
+
+    async def _run_cleanup(self, fn: Callable[[], Any]) -> BaseException | None:
+        with anyio.move_on_after(self.cleanup_timeout) as scope:
+            try:
+                result = fn()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                logger.exception("cleanup %r failed", fn)
+            except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt etc. re-raised after the rest
+                return exc
+        if scope.cancelled_caught:
+            logger.warning("cleanup %r gave up after %ss", fn, self.cleanup_timeout)
+        return None
+
+    # -- cancellation --------------------------------------------------------------------
+
+    async def request_cancel(self, immediate: bool = False) -> None:
+        """Emit ``cancel:requested``, set the token (cancelling bound turns), run callbacks.
+
+        The event comes first so it is recorded before the turn's own terminal events.
+        Nothing happens when the token is already at (or past) the requested level.
+        """
+        payload = self._cancel_payload(immediate)
+        if payload is None:
+            await anyio.lowlevel.checkpoint()
+            return
+        await self.hooks.emit(CANCEL_REQUESTED, payload)
+        self._set_token(immediate)
+        await self.cancellation.trigger_callbacks()
+
+    def request_cancel_nowait(self, immediate: bool = False) -> bool:
+        """Set the token now, from synchronous code; the event and callbacks follow later.
+
+        The running orchestrator emits ``cancel:requested`` and runs the callbacks (see
+        :meth:`flush_cancel_request`) before its terminal events. Returns True if the
+        state changed.
+        """
+        payload = self._cancel_payload(immediate)
+        if payload is None:
+            return False
+        if self._pending_cancel is None or immediate:
+            self._pending_cancel = payload
+        self._set_token(immediate)
+        return True
+
+    async def flush_cancel_request(self) -> None:
+        """Emit the ``cancel:requested`` of a :meth:`request_cancel_nowait`, if one is due."""
+        payload, self._pending_cancel = self._pending_cancel, None
+        if payload is None:
+            await anyio.lowlevel.checkpoint()
+            return
+        await self.hooks.emit(CANCEL_REQUESTED, payload)
+        await self.cancellation.trigger_callbacks()
+
+    def _cancel_payload(self, immediate: bool) -> dict[str, Any] | None:
+        token = self.cancellation
+        if token.is_immediate or (token.is_graceful and not immediate):
+            return None
+        return {
+            "level": "immediate" if immediate else "graceful",
+            "running_tools": sorted(token.running_tools),
+            "running_tool_names": token.running_tool_names,
+        }
+
+    def _set_token(self, immediate: bool) -> None:
+        if immediate:
+            self.cancellation.request_immediate()
+        else:
+            self.cancellation.request_graceful()
+
+    def reset_turn(self) -> None:
+        """Start a new turn: zero the injection counter and reset the token."""
+        self._turn_injection_tokens = 0
+        self._pending_cancel = None
+        self.cancellation.reset()
+
+    # -- hook results --------------------------------------------------------------------
+
+    async def process_hook_result(
+        self, result: HookResult, event: str, hook_name: str = "unknown"
+    ) -> HookResult:
+        """Carry out a hook's answer: persist injections, ask for approval, show messages.
+
+        Approval fails closed: no approval system, a timeout whose default is deny, or any
+        answer other than allow / allow once / allow always gives ``deny``.
+        """
+        await anyio.lowlevel.checkpoint()
+        if result.action == "inject_context" and result.context_injection:
+            await self._inject(result, event, hook_name)
+        if result.action == "ask_user":
+            return await self._ask(result)
+        if result.user_message:
+            self._show(result, hook_name)
+        return result
+
+    async def _inject(self, result: HookResult, event: str, hook_name: str) -> None:
+        content = result.context_injection or ""
+        limit = self.injection_size_limit
+        if limit is not None and len(content) > limit:
+            msg = f"context injection from {hook_name} is {len(content)} characters, over {limit}"
+            raise InjectionTooLargeError(msg)
+        self._turn_injection_tokens += len(content) // 4
+        budget = self.injection_budget_per_turn
+        if budget is not None and self._turn_injection_tokens > budget:
+            logger.warning(
+                "hook injections this turn ~%s tokens, over budget %s",
+                self._turn_injection_tokens,
+                budget,
+            )
+        context = self.mount_points["context"]
+        if result.ephemeral or context is None:
+            return
+        await context.add_message(
+            {
+                "role": result.context_injection_role,
+                "content": content,
+                "metadata": {
+                    "source": "hook",
+                    "hook_name": hook_name,
+                    "event": event,
+                    "timestamp": datetime.now(UTC).isoformat(),
+                },
+            }
+        )
+
+    async def _ask(self, result: HookResult) -> HookResult:
+        prompt = result.approval_prompt or "Allow this operation?"
+        if self.approval_system is None:
+            return HookResult(action="deny", reason="No approval system available")
+        decision: str | None = None
+        with anyio.move_on_after(result.approval_timeout):
+            try:
+                decision = await self.approval_system.request_approval(
+                    prompt=prompt,
+                    options=result.approval_options or ["Allow", "Deny"],
+                    timeout=result.approval_timeout,
+                    default=result.approval_default,
+                )
+            except (ApprovalTimeoutError, TimeoutError):
+                decision = None
+        if decision is None:
+            if result.approval_default == "allow":
+                return HookResult(action="continue")
+            return HookResult(
+                action="deny", reason=f"Approval timeout - denied by default: {prompt}"
+            )
+        if isinstance(decision, str) and decision.strip().lower() in _ALLOW:
+            return HookResult(action="continue")
+        return HookResult(action="deny", reason=f"User denied: {prompt}")
+
+    def _show(self, result: HookResult, hook_name: str) -> None:
+        source = f"hook:{result.user_message_source or hook_name}"
+        if self.display_system is None:
+            logger.info("[%s] %s", source, result.user_message)
+            return
+        self.display_system.show_message(
+            result.user_message or "", result.user_message_level, source
+        )

@@ -1,0 +1,221 @@
+"""The hook registry: ordered handlers per event and the reduction of their answers.
+
+Handlers run one at a time in ascending priority (ties in registration order) over a
+snapshot of the list taken when ``emit`` starts, so (un)registering during an emit only
+affects later emits. A handler raising an ``Exception`` is logged and skipped; the
+backend's cancellation exception is never caught here, so a cancel scope around ``emit``
+stops the running handler and no later handler runs.
+
+``emit`` does not add a schedule point of its own: with only non-blocking handlers it
+returns without yielding, which keeps event emission cheap on hot paths.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+from bisect import insort
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import attrs
+
+from ..models import HookResult
+from .tracing import current_trace_id
+
+__all__ = ("HookRegistry", "Handler", "HookRegistryStatistics")
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[str, dict[str, Any]], Awaitable[HookResult | None] | HookResult | None]
+"""A hook handler: ``(event, data) -> HookResult | None``, async or plain."""
+
+
+@attrs.frozen(order=True)
+class _Entry:
+    priority: int
+    seq: int
+    name: str = attrs.field(order=False)
+    handler: Handler = attrs.field(order=False, eq=False)
+    is_async: bool = attrs.field(order=False)
+
+
+@attrs.frozen(kw_only=True)
+class HookRegistryStatistics:
+    """A snapshot of a registry: handler counts per event and emits so far."""
+
+    handlers: dict[str, int]
+    emits: int
+
+
+class HookRegistry:
+    """Named, prioritised handlers per event; ``emit`` reduces their results."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, list[_Entry]] = {}
+        self._defaults: dict[str, Any] = {}
+        self._seq = itertools.count()
+        self._emits = 0
+
+    def register(
+        self, event: str, handler: Handler, priority: int = 0, name: str | None = None
+    ) -> Callable[[], None]:
+        """Add ``handler`` for ``event``; lower priority runs first. Returns its unregister."""
+        seq = next(self._seq)
+        entry = _Entry(
+            priority=priority,
+            seq=seq,
+            name=name or f"_auto_{event}_{seq}",
+            handler=handler,
+            is_async=inspect.iscoroutinefunction(handler),
+        )
+        insort(self._handlers.setdefault(event, []), entry)
+
+        def unregister() -> None:
+            entries = self._handlers.get(event, [])
+            if entry in entries:
+                entries.remove(entry)
+
+        return unregister
+
+    on = register
+
+    def unregister(self, name: str) -> None:
+        """Remove every handler registered under ``name``; unknown names are ignored."""
+        for event, entries in self._handlers.items():
+            self._handlers[event] = [e for e in entries if e.name != name]
+
+    def set_default_fields(self, **defaults: Any) -> None:
+        """Replace the fields merged under every emitted event's data."""
+        self._defaults = dict(defaults)
+
+    def list_handlers(self, event: str | None = None) -> dict[str, list[str]]:
+        """Handler names per event, in the order they run."""
+        if event is not None:
+            return {event: [e.name for e in self._handlers.get(event, [])]}
+        return {
+            evt: [e.name for e in entries] for evt, entries in self._handlers.items() if entries
+        }
+
+    def has_handlers(self, event: str) -> bool:
+        """Whether emitting ``event`` would run any handler."""
+        return bool(self._handlers.get(event))
+
+    def statistics(self) -> HookRegistryStatistics:
+        """Handler counts per event and the number of emits so far."""
+        counts = {evt: len(entries) for evt, entries in self._handlers.items() if entries}
+        return HookRegistryStatistics(handlers=counts, emits=self._emits)
+
+    async def emit(self, event: str, data: dict[str, Any]) -> HookResult:
+        """Run the handlers of ``event`` and reduce their answers to one HookResult.
+
+        Handlers see ``{**defaults, **data, "timestamp": now}`` (plus the turn's
+        ``trace_id``). Precedence: deny > ask_user > inject_context > modify > continue;
+        unlike upstream, a chain that modified the data returns ``action="modify"``.
+        """
+        self._emits += 1
+        entries = self._handlers.get(event)
+        if not entries:
+            return HookResult(data=dict(data))
+        current = self._stamp(data)
+        reducer = _Reduction(current)
+        for entry in tuple(entries):
+            result = await _call(entry, event, reducer.data)
+            if result is not None and reducer.add(entry, result):
+                return result
+        return reducer.result()
+
+    def _stamp(self, data: dict[str, Any]) -> dict[str, Any]:
+        current = {**self._defaults, **data}
+        if "trace_id" not in current and (trace_id := current_trace_id()) is not None:
+            current["trace_id"] = trace_id
+        # The kernel owns the timestamp: a caller's value is overwritten.
+        current["timestamp"] = datetime.now(UTC).isoformat()
+        return current
+
+    async def emit_and_collect(
+        self, event: str, data: dict[str, Any], timeout: float = 1.0
+    ) -> list[dict[str, Any]]:
+        """Ask every handler of ``event`` and collect the ``data`` of their answers.
+
+        Each handler gets its own ``timeout``; a handler that times out or raises is
+        logged and skipped. Actions are not interpreted (a deny does not stop the others).
+        """
+        collected: list[dict[str, Any]] = []
+        for entry in tuple(self._handlers.get(event, ())):
+            with anyio.move_on_after(timeout) as scope:
+                result = await _call(entry, event, data)
+            if scope.cancelled_caught:
+                logger.warning("hook %s timed out after %ss on %s", entry.name, timeout, event)
+            elif result is not None and result.data is not None:
+                collected.append(result.data)
+        return collected
+
+
+async def _call(entry: _Entry, event: str, data: dict[str, Any]) -> HookResult | None:
+    """Run one handler; an ordinary failure or a wrong return type counts as continue."""
+    try:
+        if entry.is_async:
+            result = await entry.handler(event, data)  # type: ignore[misc]
+        else:
+            result = entry.handler(event, data)
+            if inspect.isawaitable(result):
+                result = await result
+    except Exception:
+        logger.exception("hook %s failed on %s; skipped", entry.name, event)
+        return None
+    if result is None or isinstance(result, HookResult):
+        return result
+    logger.warning(
+        "hook %s returned %s, not a HookResult; treated as continue",
+        entry.name,
+        type(result).__name__,
+    )
+    return None
+
+
+class _Reduction:
+    """Folds handler results in order; ``add`` returns True when the emit must stop."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.modified = False
+        self.injections: list[HookResult] = []
+        self.ask: HookResult | None = None
+
+    def add(self, entry: _Entry, result: HookResult) -> bool:
+        action = result.action
+        if action == "deny":
+            return True
+        if action == "modify" and result.data is not None:
+            self.data = result.data
+            self.modified = True
+        elif action == "inject_context" and result.context_injection:
+            self.injections.append(result)
+        elif action == "ask_user" and self.ask is None:
+            self.ask = result
+        return False
+
+    def result(self) -> HookResult:
+        if self.ask is not None:
+            return self.ask
+        if self.injections:
+            merged = self._merged_injection()
+            return attrs.evolve(merged, data=self.data) if self.modified else merged
+        return HookResult(action="modify" if self.modified else "continue", data=self.data)
+
+    def _merged_injection(self) -> HookResult:
+        if len(self.injections) == 1:
+            return self.injections[0]
+        first = self.injections[0]
+        return HookResult(
+            action="inject_context",
+            context_injection="\n\n".join(r.context_injection or "" for r in self.injections),
+            context_injection_role=first.context_injection_role,
+            ephemeral=any(r.ephemeral for r in self.injections),
+            append_to_last_tool_result=any(r.append_to_last_tool_result for r in self.injections),
+            suppress_output=first.suppress_output,
+        )

@@ -1,0 +1,66 @@
+"""Context variables that tie events and tool code to the turn and batch they run in.
+
+A turn sets its ``trace_id``; the tool batch sets a :class:`ToolCallContext` around each
+tool call. Because they are context variables, every task spawned inside the turn sees
+them, and tasks of another turn never do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import attrs
+
+__all__ = (
+    "ToolCallContext",
+    "current_trace_id",
+    "current_tool_call",
+    "trace_scope",
+    "tool_call_scope",
+)
+
+_trace_id: ContextVar[str | None] = ContextVar("amplifier_trace_id", default=None)
+_tool_call: ContextVar[ToolCallContext | None] = ContextVar("amplifier_tool_call", default=None)
+
+
+@attrs.frozen(kw_only=True)
+class ToolCallContext:
+    """What a running tool can learn about its own call."""
+
+    tool_call_id: str
+    tool_name: str
+    parallel_group_id: str
+    index: int
+    trace_id: str | None
+
+
+def current_trace_id() -> str | None:
+    """The trace id of the turn this task runs in, or None outside a turn."""
+    return _trace_id.get()
+
+
+def current_tool_call() -> ToolCallContext | None:
+    """The tool call this task is executing, or None outside tool code."""
+    return _tool_call.get()
+
+
+@contextmanager
+def trace_scope(trace_id: str) -> Iterator[str]:
+    """Make ``trace_id`` the current trace id for the duration of the block."""
+    token = _trace_id.set(trace_id)
+    try:
+        yield trace_id
+    finally:
+        _trace_id.reset(token)
+
+
+@contextmanager
+def tool_call_scope(call: ToolCallContext) -> Iterator[ToolCallContext]:
+    """Expose ``call`` to tool code run inside the block."""
+    token = _tool_call.set(call)
+    try:
+        yield call
+    finally:
+        _tool_call.reset(token)
