@@ -1,0 +1,24 @@
+"""Context managers: the pure compaction function, context-simple and context-persistent."""
+
+from __future__ import annotations
+
+from ._jsonl import ContextFileError
+from .compaction import Estimator, compact, compaction_notice, is_compaction_notice
+from .persistent import (
+    PersistentContextManager,
+    close_interrupted_tool_calls,
+    interrupted_result,
+)
+from .simple import SimpleContextManager
+
+__all__ = (
+    "compact",
+    "compaction_notice",
+    "is_compaction_notice",
+    "Estimator",
+    "SimpleContextManager",
+    "PersistentContextManager",
+    "ContextFileError",
+    "interrupted_result",
+    "close_interrupted_tool_calls",
+)

@@ -1,0 +1,88 @@
+"""Reading tool calls and tool results out of plain message dicts.
+
+Both shapes are recognised: OpenAI style (``tool_calls`` on the assistant message,
+``role: tool`` answers) and content blocks (``{"type": "tool_call"}`` in an assistant's
+content, ``{"type": "tool_result"}`` in any message's content; Anthropic's ``tool_use`` /
+``tool_use_id`` spellings too, since transcripts of both kinds exist).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ("call_ids", "calls", "result_ids", "copy_message", "estimate_tokens")
+
+_CALL_BLOCKS = ("tool_call", "tool_use")
+
+
+def calls(message: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(id, name)`` of every tool call an assistant message makes, in order, no repeats."""
+    if message.get("role") != "assistant":
+        return []
+    found: list[tuple[str, str]] = []
+    listed = message.get("tool_calls")
+    if isinstance(listed, list):
+        found.extend(_call(item) for item in listed if isinstance(item, Mapping))
+    content = message.get("content")
+    if isinstance(content, list):
+        found.extend(
+            _call(block)
+            for block in content
+            if isinstance(block, Mapping) and block.get("type") in _CALL_BLOCKS
+        )
+    seen: set[str] = set()
+    unique = []
+    for call_id, name in found:
+        # a call listed both in tool_calls and as a block is still one call
+        if call_id and call_id not in seen:
+            seen.add(call_id)
+            unique.append((call_id, name))
+    return unique
+
+
+def call_ids(message: Mapping[str, Any]) -> list[str]:
+    """The ids of the tool calls an assistant message makes."""
+    return [call_id for call_id, _ in calls(message)]
+
+
+def result_ids(message: Mapping[str, Any]) -> list[str]:
+    """The tool call ids a message answers (``role: tool`` or ``tool_result`` blocks)."""
+    found: list[str] = []
+    if message.get("role") == "tool":
+        tool_call_id = message.get("tool_call_id")
+        if isinstance(tool_call_id, str):
+            found.append(tool_call_id)
+    content = message.get("content")
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, Mapping) and block.get("type") == "tool_result":
+                block_id = block.get("tool_call_id", block.get("tool_use_id"))
+                if isinstance(block_id, str):
+                    found.append(block_id)
+    return found
+
+
+def _call(item: Mapping[str, Any]) -> tuple[str, str]:
+    call_id = item.get("id")
+    name = item.get("name", item.get("tool"))
+    function = item.get("function")
+    if name is None and isinstance(function, Mapping):
+        name = function.get("name")
+    return (call_id if isinstance(call_id, str) else "", str(name) if name is not None else "")
+
+
+def copy_message(value: Any) -> Any:
+    """Copy the dicts and lists of a JSON-like value; leave leaves shared (they are immutable)."""
+    if isinstance(value, dict):
+        return {key: copy_message(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [copy_message(item) for item in value]
+    return value
+
+
+def estimate_tokens(message: Mapping[str, Any]) -> int:
+    """About one token per four characters of the message's compact JSON (at least 1)."""
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
+    return max(1, (len(text) + 3) // 4)

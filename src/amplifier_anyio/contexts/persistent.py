@@ -1,0 +1,250 @@
+"""context-persistent: context-simple whose history survives the process.
+
+Every message is one JSON line of the file, appended and fsynced in a worker thread before
+:meth:`~PersistentContextManager.add_message` returns; :meth:`set_messages` and
+:meth:`clear` rewrite the file atomically. Loading (lazily on first use, or through
+:meth:`~PersistentContextManager.load`) drops a torn last line, rejects any other bad line
+with :class:`ContextFileError`, and closes every tool call that has no result (the process
+died while the tool ran) with an *interrupted* result — see :func:`interrupted_result` —
+so a resumed conversation never sends an orphaned tool call. A repaired file is rewritten
+at once. One writer per file: two managers on one path are not supported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+
+from ..errors import ConfigError
+from . import _jsonl
+from ._jsonl import ContextFileError
+from ._messages import calls, result_ids
+from .compaction import Estimator
+from .simple import DEFAULTS, SimpleContextManager, settings_from_config
+
+if TYPE_CHECKING:
+    from ..interfaces import Cleanup
+
+__all__ = (
+    "PersistentContextManager",
+    "ContextFileError",
+    "interrupted_result",
+    "close_interrupted_tool_calls",
+    "mount",
+    "CONTEXT_MESSAGES_FILENAME",
+)
+
+logger = logging.getLogger(__name__)
+
+CONTEXT_MESSAGES_FILENAME = "context-messages.jsonl"
+"""The file name Amplifier uses inside a session directory."""
+
+INTERRUPTED_ERROR = "Tool execution was interrupted"
+
+
+def interrupted_result(call_id: str, name: str) -> dict[str, Any]:
+    """The result that closes a tool call the process died during.
+
+    ``content`` is the JSON of ``{"error": "Tool execution was interrupted",
+    "interrupted": true, "tool": name}``, the same shape as the cancelled result of the
+    orchestrators; ``metadata.interrupted`` marks it.
+    """
+    payload = {"error": INTERRUPTED_ERROR, "interrupted": True, "tool": name}
+    message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id}
+    if name:
+        message["name"] = name
+    message["content"] = json.dumps(payload, ensure_ascii=False)
+    message["metadata"] = {"interrupted": True}
+    return message
+
+
+def close_interrupted_tool_calls(
+    messages: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], int]:
+    """Close every assistant tool call no later message answers; return (messages, count).
+
+    The closing results go right after the results the assistant message already has
+    (the messages directly after it that answer its calls), in call order. The input list
+    is not changed; when nothing is missing it is returned as is.
+    """
+    missing = _missing_results(messages)
+    if not missing:
+        return messages, 0
+    inserts: dict[int, list[dict[str, Any]]] = {}
+    for index, open_calls in missing.items():
+        own = {call_id for call_id, _ in calls(messages[index])}
+        position = index + 1
+        while position < len(messages) and own.intersection(result_ids(messages[position])):
+            position += 1
+        closing = [interrupted_result(call_id, name) for call_id, name in open_calls]
+        inserts.setdefault(position, []).extend(closing)
+    repaired: list[dict[str, Any]] = []
+    for position, message in enumerate(messages):
+        repaired.extend(inserts.get(position, ()))
+        repaired.append(message)
+    repaired.extend(inserts.get(len(messages), ()))
+    return repaired, sum(len(closing) for closing in inserts.values())
+
+
+def _missing_results(messages: list[dict[str, Any]]) -> dict[int, list[tuple[str, str]]]:
+    answered_later: set[str] = set()
+    missing: dict[int, list[tuple[str, str]]] = {}
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        open_calls = [call for call in calls(message) if call[0] not in answered_later]
+        if open_calls:
+            missing[index] = open_calls
+        answered_later.update(result_ids(message))
+    return missing
+
+
+class PersistentContextManager(SimpleContextManager):
+    """A :class:`SimpleContextManager` that keeps its history in a JSON-lines file.
+
+    Same view, budget, compaction and events as the parent. After it loaded a non-empty
+    history from its own file, :meth:`set_messages` is ignored (Amplifier's rule: on
+    resume the file is the full history, and what a host passes back is a filtered
+    copy); :meth:`clear` ends that, since the file is then empty.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_tokens: int = DEFAULTS["max_tokens"],
+        compaction_threshold: float = DEFAULTS["compaction_threshold"],
+        target_usage: float = DEFAULTS["target_usage"],
+        safety_margin: int = DEFAULTS["safety_margin"],
+        estimator: Estimator | None = None,
+        hooks: Any | None = None,
+    ) -> None:
+        super().__init__(
+            max_tokens=max_tokens,
+            compaction_threshold=compaction_threshold,
+            target_usage=target_usage,
+            safety_margin=safety_margin,
+            estimator=estimator,
+            hooks=hooks,
+        )
+        self.path = Path(path)
+        self._lock = anyio.Lock()
+        self._loaded = False
+        self._loaded_from_file = False
+        self.interrupted_calls_closed = 0
+        """How many open tool calls the load closed with an interrupted result."""
+
+    @property
+    def loaded_from_file(self) -> bool:
+        """Whether the history came from a non-empty file (``set_messages`` is then ignored)."""
+        return self._loaded_from_file
+
+    async def load(self) -> None:
+        """Read the file now (once; later calls only checkpoint)."""
+        await self._ready()
+
+    async def add_message(self, message: dict[str, Any]) -> None:
+        """Append a copy of ``message`` to the file (fsynced) and to the history."""
+        stored, cost = self._prepare(message)
+        line = _jsonl.encode(stored)
+        async with self._lock:
+            await self._load_locked()
+            # not abandoned on cancel: the line is written either way, so keep it in memory
+            await anyio.to_thread.run_sync(_jsonl.append_line, self.path, line)
+            self._append(stored, cost)
+
+    async def set_messages(self, messages: list[dict[str, Any]]) -> None:
+        """Replace history and file, unless the history was loaded from the file."""
+        prepared = [self._prepare(message) for message in messages]
+        async with self._lock:
+            await self._load_locked()
+            if self._loaded_from_file:
+                logger.info(
+                    "ignoring set_messages(%d messages): history was loaded from %s",
+                    len(messages),
+                    self.path,
+                )
+                return
+            await self._rewrite_locked(prepared)
+
+    async def clear(self) -> None:
+        """Forget every message and empty the file."""
+        async with self._lock:
+            await self._load_locked()
+            await self._rewrite_locked([])
+            self._loaded_from_file = False
+
+    async def _ready(self) -> None:
+        if self._loaded:
+            await anyio.lowlevel.checkpoint()
+            return
+        async with self._lock:
+            await self._load_locked()
+
+    async def _load_locked(self) -> None:
+        if self._loaded:
+            return
+        messages, costs, closed = await anyio.to_thread.run_sync(_load, self.path, self.estimator)
+        self._replace(list(zip(messages, costs, strict=True)))
+        self._loaded = True
+        self._loaded_from_file = bool(messages)
+        self.interrupted_calls_closed = closed
+        if closed:
+            logger.warning("%s: closed %d interrupted tool call(s)", self.path, closed)
+
+    async def _rewrite_locked(self, prepared: list[tuple[dict[str, Any], int]]) -> None:
+        lines = [_jsonl.encode(stored) for stored, _ in prepared]
+        await anyio.to_thread.run_sync(_jsonl.rewrite, self.path, lines)
+        self._replace(prepared)
+
+
+def _load(path: Path, estimator: Estimator) -> tuple[list[dict[str, Any]], list[int], int]:
+    """Read, repair (rewriting the file if needed) and estimate; runs in a worker thread."""
+    messages, torn = _jsonl.read_messages(path)
+    repaired, closed = close_interrupted_tool_calls(messages)
+    if torn or closed:
+        _jsonl.rewrite(path, [_jsonl.encode(message) for message in repaired])
+    return repaired, [estimator(message) for message in repaired], closed
+
+
+def default_path(session_id: str, cwd: Path | None = None) -> Path:
+    """Amplifier's location: ``~/.amplifier/projects/<slug>/sessions/<id>/context-messages.jsonl``.
+
+    ``<slug>`` is the working directory's name, ``-``, and the first 8 hex digits of the
+    SHA-256 of its full path.
+    """
+    cwd = cwd or Path.cwd()
+    digest = hashlib.sha256(str(cwd).encode()).hexdigest()[:8]
+    slug = f"{cwd.name or 'root'}-{digest}"
+    return (
+        Path.home() / ".amplifier" / "projects" / slug / "sessions" / session_id
+    ) / CONTEXT_MESSAGES_FILENAME
+
+
+async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Cleanup | None:
+    """Entry point of ``context-persistent``: build, load and mount at ``context``.
+
+    The file is ``config["path"]`` (or Amplifier's key ``transcript_path``), else
+    :func:`default_path` of the coordinator's ``session_id``.
+    """
+    config = config or {}
+    path = config.get("path", config.get("transcript_path"))
+    if not path:
+        session_id = getattr(coordinator, "session_id", None)
+        if not session_id:
+            raise ConfigError("context-persistent: 'path' is required when there is no session id")
+        path = default_path(str(session_id))
+    if not isinstance(path, str | os.PathLike):
+        raise ConfigError(f"context-persistent: 'path' must be a path, got {path!r}")
+    manager = PersistentContextManager(
+        path, **settings_from_config(config), hooks=getattr(coordinator, "hooks", None)
+    )
+    await manager.load()
+    await coordinator.mount("context", manager)
+    return None
