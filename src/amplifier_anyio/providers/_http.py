@@ -1,0 +1,566 @@
+"""The HTTP layer the real providers share: one client, retries, SSE, error mapping.
+
+:class:`HTTPClient` owns one ``httpx.AsyncClient`` per provider instance. Every request
+runs under a deadline; a failed attempt becomes an :class:`~amplifier_anyio.errors.LLMError`
+subclass, and the retryable ones (408, 409, 429, 5xx, 529, timeouts, connection failures)
+are repeated with exponential backoff and jitter, honouring ``Retry-After``, within a cap
+on attempts and on total time. Each retry emits ``provider:retry`` before its sleep.
+
+Secrets (API keys) never leave this module in clear: they are masked in error messages,
+error bodies and event payloads, and never put in a repr.
+
+Cancellation is never caught here except to close a response under a bounded shield; it
+is never wrapped and never retried.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final, Protocol
+
+import anyio
+import attrs
+import httpx
+
+from ..errors import (
+    AccessDeniedError,
+    AuthenticationError,
+    ContentFilterError,
+    ContextLengthError,
+    InvalidRequestError,
+    InvalidToolCallError,
+    LLMError,
+    LLMTimeoutError,
+    NetworkError,
+    NotFoundError,
+    ProviderUnavailableError,
+    QuotaExceededError,
+    RateLimitError,
+    StreamError,
+)
+from ..events import PROVIDER_RETRY
+from ..models import ToolCall
+from ._sse import SSEEvent, aiter_sse
+
+__all__ = (
+    "HookEmitter",
+    "RetryPolicy",
+    "HTTPClient",
+    "RETRYABLE_STATUS_CODES",
+    "parse_retry_after",
+    "error_from_status",
+    "error_from_payload",
+    "INVALID_ARGUMENTS_KEY",
+    "decode_tool_arguments",
+    "invalid_tool_call",
+    "redact",
+)
+
+logger = logging.getLogger(__name__)
+
+RETRYABLE_STATUS_CODES: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+"""Statuses worth repeating; any other 5xx is retried too (see :func:`error_from_status`)."""
+
+INVALID_ARGUMENTS_KEY: Final = "__invalid_arguments__"
+"""Marker key of a tool call whose arguments were not a JSON object.
+
+Its value is ``{"raw": <the text the model sent>, "error": <why it failed>}``; the
+orchestrator turns such a call into an error result instead of running the tool.
+"""
+
+_CLOSE_TIMEOUT: Final = 5.0  # httpx aclose can hang on half-closed sockets; never wait longer
+_MAX_MESSAGE: Final = 500
+_MASK: Final = "***"
+
+
+class HookEmitter(Protocol):
+    """Anything with ``await emit(event, data)``: the coordinator's hook registry."""
+
+    async def emit(self, event: str, data: dict[str, Any]) -> Any:
+        """Deliver one event."""
+
+
+@attrs.frozen(kw_only=True)
+class RetryPolicy:
+    """How failed attempts are repeated.
+
+    The n-th retry waits ``initial_delay * backoff_factor ** (n - 1)`` seconds, capped at
+    ``max_delay``, multiplied by a random factor in ``[1 - jitter, 1 + jitter]`` (capped
+    again), and never less than the server's ``Retry-After``. A ``Retry-After`` longer
+    than ``max_delay`` is not waited for: the error is raised at once. No retry starts
+    when it would end more than ``max_elapsed`` seconds after the first attempt began.
+    """
+
+    max_retries: int = attrs.field(default=3, validator=attrs.validators.ge(0))
+    initial_delay: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
+    backoff_factor: float = attrs.field(default=2.0, validator=attrs.validators.ge(1))
+    max_delay: float = attrs.field(default=60.0, validator=attrs.validators.ge(0))
+    max_elapsed: float = attrs.field(default=300.0, validator=attrs.validators.ge(0))
+    jitter: float = attrs.field(
+        default=0.2, validator=[attrs.validators.ge(0), attrs.validators.le(1)]
+    )
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> RetryPolicy:
+        """Read ``max_retries``, ``retry_initial_delay``, ``retry_max_delay``,
+        ``retry_max_elapsed`` and ``retry_jitter`` from a module config."""
+        keys = {
+            "max_retries": "max_retries",
+            "retry_initial_delay": "initial_delay",
+            "retry_backoff_factor": "backoff_factor",
+            "retry_max_delay": "max_delay",
+            "retry_max_elapsed": "max_elapsed",
+            "retry_jitter": "jitter",
+        }
+        return cls(**{field: config[key] for key, field in keys.items() if key in config})
+
+    def delay(self, retry: int, retry_after: float | None, rng: random.Random) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based)."""
+        base = min(self.initial_delay * self.backoff_factor ** (retry - 1), self.max_delay)
+        if self.jitter:
+            base = min(base * rng.uniform(1 - self.jitter, 1 + self.jitter), self.max_delay)
+        return max(base, retry_after or 0.0)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret replaced by ``***``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, _MASK)
+    return text
+
+
+def parse_retry_after(headers: Mapping[str, str], now: float) -> float | None:
+    """The delay a response asks for, in seconds, or None.
+
+    Reads ``retry-after-ms`` (OpenAI), then ``Retry-After`` as seconds or as an HTTP date
+    (relative to ``now``, a Unix time). Negative or unreadable values give None.
+    """
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        seconds = _float_or_none(millis)
+        if seconds is not None:
+            return seconds / 1000.0
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _float_or_none(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def _float_or_none(value: str) -> float | None:
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _error_fields(body: Any) -> tuple[str, str, str]:
+    """(message, type, code) from an OpenAI- or Anthropic-style error body."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        return (
+            str(err.get("message") or ""),
+            str(err.get("type") or ""),
+            str(err.get("code") or ""),
+        )
+    if isinstance(err, str):
+        return err, "", ""
+    return "", "", ""
+
+
+_CONTEXT_HINTS: Final = (
+    "context_length_exceeded",
+    "context length",
+    "context window",
+    "maximum context",
+    "prompt is too long",
+    "too many tokens",
+    "input is too long",
+)
+_FILTER_HINTS: Final = ("content_filter", "content_policy", "content policy", "safety system")
+_QUOTA_HINTS: Final = ("insufficient_quota", "quota", "billing", "credit balance")
+
+
+def _classify(
+    status: int | None, message: str, kind: str, code: str
+) -> tuple[type[LLMError], bool]:
+    """The error class for a failure, and whether repeating the request may help."""
+    text = f"{message} {kind} {code}".lower()
+    if status == 529 or kind == "overloaded_error":
+        return ProviderUnavailableError, True
+    if status == 429 or kind == "rate_limit_error":
+        if any(hint in text for hint in _QUOTA_HINTS):
+            return QuotaExceededError, False
+        return RateLimitError, True
+    if status == 401 or kind == "authentication_error":
+        return AuthenticationError, False
+    if status == 403 or kind == "permission_error":
+        return AccessDeniedError, False
+    if status == 404 or kind == "not_found_error":
+        return NotFoundError, False
+    if status == 408:
+        return LLMTimeoutError, True
+    if any(hint in text for hint in _CONTEXT_HINTS):
+        return ContextLengthError, False
+    if any(hint in text for hint in _FILTER_HINTS):
+        return ContentFilterError, False
+    if kind == "api_error" or (status is not None and (status == 409 or status >= 500)):
+        return ProviderUnavailableError, True
+    if status is not None and 400 <= status < 500:
+        return InvalidRequestError, False
+    return StreamError, False
+
+
+def error_from_payload(
+    body: Any,
+    *,
+    provider: str,
+    model: str | None,
+    status_code: int | None = None,
+    retry_after: float | None = None,
+) -> LLMError:
+    """Map an error body (an HTTP error response or an error event inside a stream)."""
+    message, kind, code = _error_fields(body)
+    cls, retryable = _classify(status_code, message, kind, code)
+    where = f"HTTP {status_code}" if status_code is not None else "an error event"
+    detail = message or kind or code or "no details"
+    text = f"{provider} returned {where}: {detail[:_MAX_MESSAGE]}"
+    return cls(
+        text,
+        provider=provider,
+        model=model,
+        status_code=status_code,
+        retryable=retryable,
+        retry_after=retry_after,
+        body=body,
+    )
+
+
+def error_from_status(
+    response: httpx.Response,
+    *,
+    provider: str,
+    model: str | None,
+    now: float,
+    secrets: Iterable[str],
+) -> LLMError:
+    """Map a non-2xx response whose body has been read."""
+    text = redact(response.text, secrets)
+    try:
+        body: Any = json.loads(text) if text else None
+    except ValueError:
+        body = {"error": text[:_MAX_MESSAGE]} if text else None
+    retry_after = parse_retry_after(response.headers, now)
+    return error_from_payload(
+        body,
+        provider=provider,
+        model=model,
+        status_code=response.status_code,
+        retry_after=retry_after,
+    )
+
+
+def decode_tool_arguments(raw: str | None) -> dict[str, Any]:
+    """Decode a tool call's JSON arguments.
+
+    Empty text means no arguments. Text that is not a JSON object gives
+    ``{INVALID_ARGUMENTS_KEY: {"raw": raw, "error": reason}}`` so one bad call cannot
+    fail the whole response.
+    """
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        return {INVALID_ARGUMENTS_KEY: {"raw": raw, "error": f"invalid JSON: {exc}"}}
+    if not isinstance(value, dict):
+        reason = f"expected a JSON object, got {type(value).__name__}"
+        return {INVALID_ARGUMENTS_KEY: {"raw": raw, "error": reason}}
+    return value
+
+
+def invalid_tool_call(
+    call: ToolCall, *, provider: str | None = None
+) -> InvalidToolCallError | None:
+    """The error for a call whose arguments could not be decoded, else None."""
+    marker = call.arguments.get(INVALID_ARGUMENTS_KEY)
+    if not isinstance(marker, dict):
+        return None
+    reason = marker.get("error", "invalid arguments")
+    return InvalidToolCallError(
+        f"tool call {call.id!r} to {call.name!r} has unusable arguments: {reason}",
+        tool_name=call.name,
+        raw_arguments=marker.get("raw"),
+        provider=provider,
+    )
+
+
+def _transport_error(
+    exc: Exception, *, provider: str, model: str | None, secrets: Iterable[str]
+) -> LLMError:
+    detail = redact(str(exc) or type(exc).__name__, secrets)
+    if isinstance(exc, httpx.TimeoutException | TimeoutError):
+        cls: type[LLMError] = LLMTimeoutError
+        text = f"{provider} did not answer in time ({detail})"
+    else:
+        cls = NetworkError
+        text = f"could not reach {provider}: {detail}"
+    return cls(text[: _MAX_MESSAGE * 2], provider=provider, model=model, retryable=True)
+
+
+async def _close(resource: httpx.Response | AsyncGenerator[Any, None]) -> None:
+    """Close under a bounded shield, so a cancelled caller still releases the connection."""
+    with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+        try:
+            await resource.aclose()
+        except Exception:  # a broken connection must not hide the caller's own error
+            logger.debug("closing an HTTP response failed", exc_info=True)
+
+
+class HTTPClient:
+    """One provider's connection to its API, with retries and error mapping.
+
+    ``headers`` may carry credentials; list them in ``secrets`` too, so they are masked
+    wherever text from the server or the transport is repeated. ``sleep`` and
+    ``wall_time`` exist for tests (virtual time, fixed dates).
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        base_url: str,
+        headers: Mapping[str, str],
+        secrets: Iterable[str] = (),
+        timeout: float = 600.0,
+        retry: RetryPolicy | None = None,
+        hooks: HookEmitter | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        wall_time: Callable[[], float] = time.time,
+    ) -> None:
+        self.provider = provider
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.hooks = hooks
+        self._secrets = tuple(s for s in secrets if s)
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._wall_time = wall_time
+        self._client = httpx.AsyncClient(
+            base_url=base_url.rstrip("/") + "/",
+            headers=dict(headers),
+            transport=transport,
+            timeout=timeout,
+        )
+
+    def __repr__(self) -> str:
+        return f"HTTPClient(provider={self.provider!r}, base_url={str(self._client.base_url)!r})"
+
+    @property
+    def is_closed(self) -> bool:
+        """True once :meth:`aclose` ran."""
+        return self._client.is_closed
+
+    async def aclose(self) -> None:
+        """Close the connection pool (bounded, shielded: safe in a cancelled cleanup)."""
+        with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+            await self._client.aclose()
+
+    async def request_json(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: Mapping[str, Any] | None = None,
+        model: str | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send a request (with retries) and return its decoded JSON body."""
+        response = await self._send(
+            method,
+            path,
+            json_body=json_body,
+            params=params,
+            model=model,
+            timeout=timeout,
+            stream=False,
+        )
+        try:
+            return json.loads(response.content)
+        except ValueError as exc:
+            msg = (
+                f"{self.provider} answered HTTP {response.status_code} with a body that is not JSON"
+            )
+            raise LLMError(
+                msg, provider=self.provider, model=model, status_code=response.status_code
+            ) from exc
+
+    @asynccontextmanager
+    async def stream_sse(
+        self,
+        path: str,
+        *,
+        json_body: Any,
+        model: str | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[AsyncIterator[SSEEvent]]:
+        """POST and yield the response's server-sent events.
+
+        Retries cover getting the response headers only: once events flow, a failure is a
+        :class:`StreamError` (or a timeout) for the caller. Leaving the block, however it
+        is left, closes the response.
+        """
+        response = await self._send(
+            "POST",
+            path,
+            json_body=json_body,
+            params=None,
+            model=model,
+            timeout=timeout,
+            stream=True,
+        )
+        events = self._events(response, model)
+        try:
+            yield events
+        finally:
+            await _close(events)
+            await _close(response)
+
+    async def _events(
+        self, response: httpx.Response, model: str | None
+    ) -> AsyncGenerator[SSEEvent, None]:
+        try:
+            async for event in aiter_sse(response.aiter_lines()):
+                yield event
+        except httpx.TimeoutException as exc:
+            raise _transport_error(
+                exc, provider=self.provider, model=model, secrets=self._secrets
+            ) from exc
+        except httpx.HTTPError as exc:
+            detail = redact(str(exc) or type(exc).__name__, self._secrets)
+            msg = f"the {self.provider} stream broke off: {detail}"
+            raise StreamError(msg, provider=self.provider, model=model, retryable=True) from exc
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any,
+        params: Mapping[str, Any] | None,
+        model: str | None,
+        timeout: float | None,
+        stream: bool,
+    ) -> httpx.Response:
+        started = anyio.current_time()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._attempt(
+                    method,
+                    path,
+                    json_body=json_body,
+                    params=params,
+                    model=model,
+                    timeout=timeout,
+                    stream=stream,
+                )
+            except LLMError as exc:
+                delay = self._next_delay(exc, attempt, started)
+                if delay is None:
+                    raise
+                await self._announce_retry(attempt, delay, exc)
+                await self._sleep(delay)
+
+    async def _attempt(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any,
+        params: Mapping[str, Any] | None,
+        model: str | None,
+        timeout: float | None,
+        stream: bool,
+    ) -> httpx.Response:
+        deadline = timeout if timeout is not None else self.timeout
+        request = self._client.build_request(
+            method, path.lstrip("/"), json=json_body, params=params, timeout=deadline
+        )
+        try:
+            with anyio.fail_after(deadline):
+                response = await self._client.send(request, stream=True)
+                try:
+                    if not (stream and response.is_success):
+                        await response.aread()
+                except BaseException:
+                    await _close(response)
+                    raise
+        except (httpx.TransportError, TimeoutError) as exc:
+            raise _transport_error(
+                exc, provider=self.provider, model=model, secrets=self._secrets
+            ) from exc
+        if response.is_success:
+            return response
+        raise error_from_status(
+            response,
+            provider=self.provider,
+            model=model,
+            now=self._wall_time(),
+            secrets=self._secrets,
+        )
+
+    def _next_delay(self, exc: LLMError, attempt: int, started: float) -> float | None:
+        policy = self.retry
+        if not exc.retryable or attempt > policy.max_retries:
+            return None
+        if exc.retry_after is not None and exc.retry_after > policy.max_delay:
+            return None  # the server wants a longer pause than we are willing to take
+        delay = policy.delay(attempt, exc.retry_after, self._rng)
+        if anyio.current_time() - started + delay > policy.max_elapsed:
+            return None
+        return delay
+
+    async def _announce_retry(self, attempt: int, delay: float, exc: LLMError) -> None:
+        logger.info(
+            "%s: attempt %d failed (%s), retrying in %.2fs",
+            self.provider,
+            attempt,
+            type(exc).__name__,
+            delay,
+        )
+        if self.hooks is None:
+            return
+        data = {
+            "provider": self.provider,
+            "model": exc.model,
+            "attempt": attempt,
+            "max_retries": self.retry.max_retries,
+            "delay": delay,
+            "status_code": exc.status_code,
+            "retry_after": exc.retry_after,
+            "error": {"type": type(exc).__name__, "msg": redact(str(exc), self._secrets)},
+        }
+        try:
+            await self.hooks.emit(PROVIDER_RETRY, data)
+        except Exception:  # an observer failing must not turn a retry into a failure
+            logger.warning("a provider:retry hook failed", exc_info=True)
