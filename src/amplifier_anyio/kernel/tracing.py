@@ -56,11 +56,20 @@ def trace_scope(trace_id: str) -> Iterator[str]:
         _trace_id.reset(token)
 
 
-@contextmanager
-def tool_call_scope(call: ToolCallContext) -> Iterator[ToolCallContext]:
-    """Expose ``call`` to tool code run inside the block."""
-    token = _tool_call.set(call)
-    try:
-        yield call
-    finally:
-        _tool_call.reset(token)
+class tool_call_scope:  # noqa: N801 - used like the context-manager functions beside it
+    """Expose ``call`` to tool code run inside the block.
+
+    A class rather than a generator: it runs once per tool call, on the hot path.
+    """
+
+    __slots__ = ("_call", "_token")
+
+    def __init__(self, call: ToolCallContext) -> None:
+        self._call = call
+
+    def __enter__(self) -> ToolCallContext:
+        self._token = _tool_call.set(self._call)
+        return self._call
+
+    def __exit__(self, *exc_info: object) -> None:
+        _tool_call.reset(self._token)

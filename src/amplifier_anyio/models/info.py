@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal, TypeAlias
 
 import attrs
@@ -14,6 +15,10 @@ ModuleType: TypeAlias = Literal["orchestrator", "provider", "tool", "context", "
 _MODULE_TYPES = ("orchestrator", "provider", "tool", "context", "hook", "resolver")
 
 
+def _strings(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
 @attrs.frozen(kw_only=True)
 class ProviderInfo:
     """What a provider is and needs: credentials, capabilities, default settings.
@@ -24,8 +29,8 @@ class ProviderInfo:
 
     id: str
     display_name: str
-    credential_env_vars: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    capabilities: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    credential_env_vars: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    capabilities: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     defaults: dict[str, Any] = attrs.field(factory=dict)
 
 
@@ -37,7 +42,7 @@ class ModelInfo:
     display_name: str
     context_window: int
     max_output_tokens: int
-    capabilities: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    capabilities: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     defaults: dict[str, Any] = attrs.field(factory=dict)
 
 

@@ -1,0 +1,293 @@
+"""Run one assistant message's tool calls as one structured batch.
+
+The calls run in one task group (or one at a time when ``parallel`` is off). Each result
+lands in the slot of its call index as it finishes; the batch's ``role: tool`` messages are
+written to the context in call order once the group has closed. However the batch ends —
+normally, by an immediate cancel, by the host's own cancel scope — the writing happens in
+a ``finally`` under a bounded shield: finished calls keep their real result and only the
+unfinished ones get :func:`cancelled_result`. So no call is left unanswered and no finished
+result is lost.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import anyio
+import attrs
+
+from ..events import TOOL_ERROR, TOOL_POST, TOOL_PRE
+from ..kernel.tracing import ToolCallContext, current_trace_id, tool_call_scope
+from ..models import HookResult, ToolCall, ToolResult, unstructure
+
+__all__ = ("ToolBatchConfig", "ToolBatch", "cancelled_result", "CANCELLED_MESSAGE")
+
+logger = logging.getLogger(__name__)
+
+CANCELLED_MESSAGE = "Tool execution was cancelled"
+"""The ``error`` text of the result given to a call that had not finished."""
+
+_WRITE_TIMEOUT = 30.0  # seconds the shielded write of results may take
+
+
+def cancelled_result(tool_name: str) -> ToolResult:
+    """The fixed result of a call that was cancelled before it finished."""
+    return ToolResult(
+        success=False,
+        output={"error": CANCELLED_MESSAGE, "cancelled": True, "tool": tool_name},
+        error={"message": CANCELLED_MESSAGE, "type": "cancelled"},
+    )
+
+
+@attrs.frozen(kw_only=True)
+class ToolBatchConfig:
+    """How a batch runs: in parallel or not, how many at once, how long each may take."""
+
+    parallel: bool = True
+    max_parallel_tools: int | None = None
+    tool_timeout: float | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_parallel_tools is not None and self.max_parallel_tools < 1:
+            msg = f"max_parallel_tools must be at least 1, not {self.max_parallel_tools}"
+            raise ValueError(msg)
+        if self.tool_timeout is not None and self.tool_timeout <= 0:
+            msg = f"tool_timeout must be positive, not {self.tool_timeout}"
+            raise ValueError(msg)
+
+
+@attrs.define(eq=False)
+class ToolBatch:
+    """One assistant message's tool calls, their results and the hooks' injections.
+
+    ``pending_injections`` collects ephemeral ``tool:pre`` / ``tool:post`` injections for
+    the next request (dicts with ``role``, ``content``, ``append_to_last_tool_result``);
+    persistent ones are written to the context after the batch's tool messages.
+    """
+
+    calls: Sequence[ToolCall]
+    tools: dict[str, Any]
+    hooks: Any
+    coordinator: Any = None
+    config: ToolBatchConfig = attrs.field(factory=ToolBatchConfig)
+    parallel_group_id: str = attrs.field(factory=lambda: str(uuid.uuid4()))
+    pending_injections: list[dict[str, Any]] = attrs.field(factory=list)
+    deferred_messages: list[dict[str, Any]] = attrs.field(factory=list)
+    _slots: list[str | None] = attrs.field(init=False)
+    _trace_id: str | None = attrs.field(init=False, factory=current_trace_id)
+
+    def __attrs_post_init__(self) -> None:
+        self._slots = [None] * len(self.calls)
+
+    @property
+    def finished(self) -> int:
+        """How many calls have a result so far."""
+        return sum(slot is not None for slot in self._slots)
+
+    async def run(self, context: Any, assistant_message: dict[str, Any]) -> None:
+        """Add ``assistant_message``, run every call, then add one tool message per call."""
+        # Shielded so that a cancel can never leave the results without their call message.
+        with anyio.CancelScope(shield=True):
+            await context.add_message(assistant_message)
+        try:
+            if self.config.parallel and len(self.calls) > 1:
+                await self._run_parallel()
+            else:
+                for index, call in enumerate(self.calls):
+                    await self._run_one(index, call)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_WRITE_TIMEOUT) as bound:
+                await self._write_results(context)
+            if bound.cancelled_caught:
+                logger.error("writing tool results gave up after %ss", _WRITE_TIMEOUT)
+
+    async def _run_parallel(self) -> None:
+        limiter = None
+        if self.config.max_parallel_tools is not None:
+            limiter = anyio.CapacityLimiter(self.config.max_parallel_tools)
+        async with anyio.create_task_group() as tg:
+            for index, call in enumerate(self.calls):
+                tg.start_soon(self._run_one, index, call, limiter)
+
+    async def _run_one(
+        self, index: int, call: ToolCall, limiter: anyio.CapacityLimiter | None = None
+    ) -> None:
+        token = getattr(self.coordinator, "cancellation", None)
+        if token is not None:
+            token.register_tool_start(call.id, call.name)
+        try:
+            if limiter is None:
+                self._slots[index] = await self._execute(index, call)
+            else:
+                async with limiter:
+                    self._slots[index] = await self._execute(index, call)
+        finally:
+            if token is not None:
+                token.register_tool_complete(call.id)
+
+    async def _write_results(self, context: Any) -> None:
+        for call, slot in zip(self.calls, self._slots, strict=True):
+            content = slot if slot is not None else _cancelled_content(call.name)
+            await context.add_message(
+                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
+            )
+        for message in self.deferred_messages:
+            await context.add_message(message)
+
+    # -- one call --------------------------------------------------------------------------
+
+    def _payload(self, index: int, call: ToolCall, tool_input: Any) -> dict[str, Any]:
+        return {
+            "tool_name": call.name,
+            "tool_call_id": call.id,
+            "tool_input": tool_input,
+            "parallel_group_id": self.parallel_group_id,
+            "index": index,
+        }
+
+    async def _emit(self, event: str, data: dict[str, Any], name: str) -> HookResult | None:
+        if not self.hooks.has_handlers(event):
+            return None
+        result: HookResult = await self.hooks.emit(event, data)
+        if result.action == "inject_context" and result.context_injection:
+            result = self._defer(result, event, name)
+        if self.coordinator is not None:
+            result = await self.coordinator.process_hook_result(result, event, name)
+        return result
+
+    def _defer(self, result: HookResult, event: str, name: str) -> HookResult:
+        """Hold a persistent injection until the batch's results are written.
+
+        Persisted at once it would land between the assistant's tool calls and their
+        results, which providers reject; so it is kept here and the coordinator sees it
+        as ephemeral (limits and user messages still apply).
+        """
+        if result.ephemeral:
+            self.pending_injections.append(
+                {
+                    "role": result.context_injection_role,
+                    "content": result.context_injection,
+                    "append_to_last_tool_result": result.append_to_last_tool_result,
+                }
+            )
+            return result
+        self.deferred_messages.append(
+            {
+                "role": result.context_injection_role,
+                "content": result.context_injection,
+                "metadata": {"source": "hook", "hook_name": name, "event": event},
+            }
+        )
+        return attrs.evolve(result, ephemeral=True)
+
+    async def _execute(self, index: int, call: ToolCall) -> str:
+        """Run one call through its hooks; returns the content of its tool message."""
+        tool_input, problem = _decode_arguments(call.arguments)
+        pre = await self._emit(TOOL_PRE, self._payload(index, call, tool_input), call.name)
+        if pre is not None and pre.action == "deny":
+            return f"Denied by hook: {pre.reason or 'no reason given'}"
+        if pre is not None and pre.action == "modify" and pre.data is not None:
+            modified = pre.data.get("tool_input", tool_input)
+            tool_input, problem = _decode_arguments(modified)
+        result = await self._result_of(index, call, tool_input, problem)
+        return await self._post(index, call, tool_input, result)
+
+    async def _result_of(
+        self, index: int, call: ToolCall, tool_input: Any, problem: str | None
+    ) -> ToolResult:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return await self._error(
+                index, call, "ToolNotFoundError", f"Tool '{call.name}' not found"
+            )
+        if problem is not None:
+            return await self._error(index, call, "InvalidArgumentsError", problem)
+        context = ToolCallContext(
+            tool_call_id=call.id,
+            tool_name=call.name,
+            parallel_group_id=self.parallel_group_id,
+            index=index,
+            trace_id=self._trace_id,
+        )
+        timeout = self.config.tool_timeout
+        with tool_call_scope(context):
+            if timeout is None:  # no scope at all: a cancel scope per call is measurable
+                return await self._attempt(index, call, tool, tool_input)
+            with anyio.move_on_after(timeout):
+                return await self._attempt(index, call, tool, tool_input)
+        return await self._error(index, call, "TimeoutError", f"timed out after {timeout} s")
+
+    async def _attempt(self, index: int, call: ToolCall, tool: Any, tool_input: Any) -> ToolResult:
+        try:
+            return _as_result(await _call_tool(tool, tool_input))
+        except Exception as exc:  # noqa: BLE001 - a failing tool is a result, not a crash
+            return await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
+
+    async def _error(self, index: int, call: ToolCall, kind: str, message: str) -> ToolResult:
+        if self.hooks.has_handlers(TOOL_ERROR):
+            data = self._payload(index, call, None)
+            del data["tool_input"]
+            await self.hooks.emit(TOOL_ERROR, {**data, "error": {"type": kind, "msg": message}})
+        return ToolResult(success=False, error={"message": message, "type": kind})
+
+    async def _post(self, index: int, call: ToolCall, tool_input: Any, result: ToolResult) -> str:
+        if not self.hooks.has_handlers(TOOL_POST):
+            return _content_of(result)
+        sent = unstructure(result)
+        post = await self._emit(
+            TOOL_POST, {**self._payload(index, call, tool_input), "result": sent}, call.name
+        )
+        if post is None:
+            return _content_of(result)
+        if post.action == "modify" and post.data is not None and "result" in post.data:
+            replaced = post.data["result"]
+            if replaced != sent:
+                return replaced if isinstance(replaced, str) else json.dumps(replaced)
+        return _content_of(result)
+
+
+def _cancelled_content(tool_name: str) -> str:
+    return cancelled_result(tool_name).get_serialized_output()
+
+
+def _content_of(result: ToolResult) -> str:
+    if not result.success and isinstance(result.output, str):
+        return f"Error: {result.output}"
+    return result.get_serialized_output()
+
+
+def _decode_arguments(arguments: Any) -> tuple[Any, str | None]:
+    """The call's input as a dict, or the problem that stops it from being one."""
+    if isinstance(arguments, dict):
+        return arguments, None
+    if isinstance(arguments, str | bytes):
+        try:
+            decoded = json.loads(arguments or "{}")
+        except ValueError as exc:
+            return arguments, f"arguments are not valid JSON: {exc}"
+        if isinstance(decoded, dict):
+            return decoded, None
+        return arguments, f"arguments must be a JSON object, not {type(decoded).__name__}"
+    return arguments, f"arguments must be a JSON object, not {type(arguments).__name__}"
+
+
+async def _call_tool(tool: Any, tool_input: dict[str, Any]) -> Any:
+    execute = tool.execute
+    if inspect.iscoroutinefunction(execute):
+        return await execute(tool_input)
+    # A synchronous tool blocks: run it in a worker thread, abandoned on cancel or timeout
+    # (a thread cannot be interrupted; its late result is dropped).
+    result = await anyio.to_thread.run_sync(partial(execute, tool_input), abandon_on_cancel=True)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _as_result(value: Any) -> ToolResult:
+    return value if isinstance(value, ToolResult) else ToolResult(success=True, output=value)
