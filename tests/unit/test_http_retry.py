@@ -36,7 +36,7 @@ from amplifier_anyio.providers._http import (
     invalid_tool_call,
     parse_retry_after,
 )
-from amplifier_anyio.providers._sse import SSEEvent, aiter_sse
+from amplifier_anyio.providers._sse import SSEDecoder, SSEEvent
 from amplifier_anyio.testing import EventRecorder
 
 pytestmark = pytest.mark.anyio
@@ -430,7 +430,7 @@ def test_tool_arguments_decode_or_carry_a_marker() -> None:
     assert invalid_tool_call(ToolCall(id="c", name="t", arguments={"x": 1})) is None
 
 
-async def test_sse_decoder_follows_the_event_stream_rules() -> None:
+def test_sse_decoder_follows_the_event_stream_rules() -> None:
     lines = [
         ": keep-alive comment",
         "event: message_start",
@@ -446,14 +446,12 @@ async def test_sse_decoder_follows_the_event_stream_rules() -> None:
         "",
         "data: [DONE]",
     ]
-
-    async def source() -> Any:
-        for line in lines:
-            yield line
-
-    events = [e async for e in aiter_sse(source())]
+    decoder = SSEDecoder()
+    events = [e for line in lines if (e := decoder.feed(line)) is not None]
+    events.append(decoder.flush())
     assert events == [
         SSEEvent(event="message_start", data='{"a":\n1}'),
         SSEEvent(event="message", data="no-space", id="7"),
         SSEEvent(event="message", data="[DONE]", id="7"),
     ]
+    assert decoder.flush() is None

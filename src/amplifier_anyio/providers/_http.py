@@ -47,7 +47,7 @@ from ..errors import (
 )
 from ..events import PROVIDER_RETRY
 from ..models import ToolCall
-from ._sse import SSEEvent, aiter_sse
+from ._sse import SSEDecoder, SSEEvent
 
 __all__ = (
     "HookEmitter",
@@ -57,6 +57,7 @@ __all__ = (
     "parse_retry_after",
     "error_from_status",
     "error_from_payload",
+    "drain",
     "INVALID_ARGUMENTS_KEY",
     "decode_tool_arguments",
     "invalid_tool_call",
@@ -75,6 +76,7 @@ Its value is ``{"raw": <the text the model sent>, "error": <why it failed>}``; t
 orchestrator turns such a call into an error result instead of running the tool.
 """
 
+_DRAIN_TIMEOUT: Final = 2.0  # a server should end the body right after its last event
 _CLOSE_TIMEOUT: Final = 5.0  # httpx aclose can hang on half-closed sockets; never wait longer
 _MAX_MESSAGE: Final = 500
 _MASK: Final = "***"
@@ -219,7 +221,9 @@ def _classify(
         return ContextLengthError, False
     if any(hint in text for hint in _FILTER_HINTS):
         return ContentFilterError, False
-    if kind == "api_error" or (status is not None and (status == 409 or status >= 500)):
+    if kind in ("api_error", "server_error") or (
+        status is not None and (status == 409 or status >= 500)
+    ):
         return ProviderUnavailableError, True
     if status is not None and 400 <= status < 500:
         return InvalidRequestError, False
@@ -330,6 +334,21 @@ async def _close(resource: httpx.Response | AsyncGenerator[Any, None]) -> None:
             await resource.aclose()
         except Exception:  # a broken connection must not hide the caller's own error
             logger.debug("closing an HTTP response failed", exc_info=True)
+
+
+async def drain(events: AsyncIterator[Any], timeout: float = _DRAIN_TIMEOUT) -> None:
+    """Read what is left of a stream after its last meaningful event, within ``timeout``.
+
+    Reading to the end lets every async generator under the stream (ours and httpx's)
+    finish normally instead of being left to the garbage collector, which trio reports
+    as a ResourceWarning. A failure while draining changes nothing: the answer is whole.
+    """
+    with anyio.move_on_after(timeout):
+        try:
+            async for _ in events:
+                pass
+        except LLMError:
+            logger.debug("the stream failed after its last event", exc_info=True)
 
 
 class HTTPClient:
@@ -447,8 +466,14 @@ class HTTPClient:
     async def _events(
         self, response: httpx.Response, model: str | None
     ) -> AsyncGenerator[SSEEvent, None]:
+        decoder = SSEDecoder()
         try:
-            async for event in aiter_sse(response.aiter_lines()):
+            async for line in response.aiter_lines():
+                event = decoder.feed(line)
+                if event is not None:
+                    yield event
+            event = decoder.flush()
+            if event is not None:
                 yield event
         except httpx.TimeoutException as exc:
             raise _transport_error(

@@ -7,11 +7,9 @@ send another one.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
-
 import attrs
 
-__all__ = ("SSEEvent", "aiter_sse")
+__all__ = ("SSEEvent", "SSEDecoder")
 
 
 @attrs.frozen(kw_only=True)
@@ -49,22 +47,27 @@ class _Pending:
         return event
 
 
-async def aiter_sse(lines: AsyncIterable[str]) -> AsyncIterator[SSEEvent]:
-    """Decode events from an iterable of lines (line terminators already removed).
+class SSEDecoder:
+    """Turns lines (terminators removed) into events, one line at a time.
 
     A blank line dispatches the event being built; comment lines (``:`` first) are
-    skipped; an event still pending when the lines end is dispatched, so a server that
-    omits the final blank line loses nothing.
+    skipped; :meth:`flush` dispatches what is still pending when the lines end, so a
+    server that omits the final blank line loses nothing. It is push-style, not an async
+    generator, so the only generator over the response is the one the caller closes.
     """
-    pending = _Pending()
-    async for raw in lines:
-        line = raw.rstrip("\r\n")
+
+    def __init__(self) -> None:
+        self._pending = _Pending()
+
+    def feed(self, line: str) -> SSEEvent | None:
+        """Take one line; return the event it completes, if any."""
+        line = line.rstrip("\r\n")
         if not line:
-            event = pending.dispatch()
-            if event is not None:
-                yield event
-        elif not line.startswith(":"):
-            pending.feed(line)
-    event = pending.dispatch()
-    if event is not None:
-        yield event
+            return self._pending.dispatch()
+        if not line.startswith(":"):
+            self._pending.feed(line)
+        return None
+
+    def flush(self) -> SSEEvent | None:
+        """The event left pending at the end of the stream, if any."""
+        return self._pending.dispatch()

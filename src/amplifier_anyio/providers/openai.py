@@ -1,0 +1,559 @@
+"""OpenAI Chat Completions over httpx: OpenAI itself and every compatible server.
+
+vLLM, Ollama, llama.cpp server, LM Studio and others speak the same ``/chat/completions``
+protocol; point ``base_url`` (version included, e.g. ``http://localhost:11434/v1``) at
+them. Tool calls go both ways, ``stream()`` decodes the SSE chunks, usage and finish
+reasons are reported as the server gives them.
+
+``max_output_tokens`` is sent as ``max_completion_tokens`` by default: OpenAI deprecated
+``max_tokens`` and its reasoning models reject it. Older compatible servers that only know
+``max_tokens`` take config ``max_tokens_field: max_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import httpx
+
+from ..errors import LLMError
+from ..models import (
+    ChatRequest,
+    ChatResponse,
+    ContentBlock,
+    ImageBlock,
+    Message,
+    ModelInfo,
+    ProviderInfo,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolSpec,
+    Usage,
+    structure,
+)
+from ._http import (
+    HookEmitter,
+    HTTPClient,
+    RetryPolicy,
+    decode_tool_arguments,
+    drain,
+    error_from_payload,
+)
+from ._sse import SSEEvent
+
+__all__ = ("OpenAIChatProvider", "mount", "DEFAULT_BASE_URL", "DEFAULT_MODEL")
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
+DEFAULT_MODEL: Final = "gpt-4o"
+_DEFAULT_CONTEXT_WINDOW: Final = 128_000
+_DEFAULT_MAX_OUTPUT: Final = 16_384
+_CHOICES: Final = ("auto", "none", "required")
+
+
+class OpenAIChatProvider:
+    """A provider for the Chat Completions API.
+
+    Arguments come from ``config`` (see ``docs/providers.md``); ``api_key`` and
+    ``base_url`` fall back to ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``. A server that
+    needs no key (a local one) works with an empty key. ``transport`` replaces the
+    network (tests); ``hooks`` receives ``provider:retry``.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        *,
+        hooks: HookEmitter | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        **http_options: Any,
+    ) -> None:
+        cfg = dict(config or {})
+        self._name = str(cfg.get("name") or cfg.get("instance_id") or "openai")
+        api_key = str(cfg.get("api_key") or os.environ.get("OPENAI_API_KEY") or "")
+        base_url = str(cfg.get("base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
+        self.model = str(cfg.get("model") or cfg.get("default_model") or DEFAULT_MODEL)
+        self.priority = int(cfg.get("priority", 100))
+        self.context_window = int(cfg.get("context_window", _DEFAULT_CONTEXT_WINDOW))
+        self.max_output_tokens = int(cfg.get("max_output_tokens", _DEFAULT_MAX_OUTPUT))
+        self.max_tokens_field = str(cfg.get("max_tokens_field", "max_completion_tokens"))
+        self.temperature: float | None = cfg.get("temperature")
+        self.reasoning_effort: str | None = cfg.get("reasoning_effort")
+        headers = {"accept": "application/json"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        for key, header in (("organization", "openai-organization"), ("project", "openai-project")):
+            if cfg.get(key):
+                headers[header] = str(cfg[key])
+        self.http = HTTPClient(
+            provider=self._name,
+            base_url=base_url,
+            headers=headers,
+            secrets=(api_key,),
+            timeout=float(cfg.get("timeout", 600.0)),
+            retry=RetryPolicy.from_config(cfg),
+            hooks=hooks,
+            transport=transport,
+            **http_options,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatProvider(name={self._name!r}, model={self.model!r}, http={self.http!r})"
+
+    @property
+    def name(self) -> str:
+        """The mount name (config ``name``, default ``openai``)."""
+        return self._name
+
+    def get_info(self) -> ProviderInfo:
+        """Identity, credentials and the defaults context managers size requests with."""
+        return ProviderInfo(
+            id="openai",
+            display_name="OpenAI Chat Completions",
+            credential_env_vars=("OPENAI_API_KEY",),
+            capabilities=("tools", "streaming", "vision", "reasoning_effort"),
+            defaults={
+                "model": self.model,
+                "context_window": self.context_window,
+                "max_output_tokens": self.max_output_tokens,
+            },
+        )
+
+    async def list_models(self) -> list[ModelInfo]:
+        """The server's models (``GET /models``), with this provider's size defaults."""
+        body = await self.http.request_json("GET", "models")
+        return [
+            ModelInfo(
+                id=str(item["id"]),
+                display_name=str(item["id"]),
+                context_window=self.context_window,
+                max_output_tokens=self.max_output_tokens,
+                capabilities=("tools",),
+            )
+            for item in body.get("data", [])
+            if isinstance(item, dict) and "id" in item
+        ]
+
+    async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
+        """One non-streaming completion."""
+        payload = self.build_payload(request, stream=False, **kwargs)
+        body = await self.http.request_json(
+            "POST",
+            "chat/completions",
+            json_body=payload,
+            model=payload["model"],
+            timeout=request.timeout,
+        )
+        return parse_completion(body)
+
+    def parse_tool_calls(self, response: ChatResponse) -> list[ToolCall]:
+        """The response's tool calls; bad arguments are marked, never raised (see _http)."""
+        return list(response.tool_calls or [])
+
+    @asynccontextmanager
+    async def stream(
+        self, request: ChatRequest, **kwargs: Any
+    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        """Stream a completion: yields an iterator of events, the last one ``response``."""
+        payload = self.build_payload(request, stream=True, **kwargs)
+        async with self.http.stream_sse(
+            "chat/completions", json_body=payload, model=payload["model"], timeout=request.timeout
+        ) as sse:
+            events = _stream_events(sse, provider=self._name, model=payload["model"])
+            try:
+                yield events
+            finally:
+                await events.aclose()
+
+    def build_payload(self, request: ChatRequest, *, stream: bool, **kwargs: Any) -> dict[str, Any]:
+        """The JSON body for ``request`` (public so callers can inspect what is sent)."""
+        model = request.model or self.model
+        payload: dict[str, Any] = {"model": model, "messages": to_wire_messages(request.messages)}
+        if request.tools:
+            payload["tools"] = [_wire_tool(tool) for tool in request.tools]
+            if request.tool_choice is not None:
+                payload["tool_choice"] = _wire_tool_choice(request.tool_choice)
+        max_tokens = request.max_output_tokens or kwargs.get("max_output_tokens")
+        if max_tokens:
+            payload[self.max_tokens_field] = max_tokens
+        temperature = request.temperature if request.temperature is not None else self.temperature
+        if temperature is not None:
+            payload["temperature"] = temperature
+        effort = request.reasoning_effort or kwargs.get("reasoning_effort") or self.reasoning_effort
+        if effort:
+            payload["reasoning_effort"] = effort
+        for key in ("top_p", "stop", "response_format"):
+            if getattr(request, key) is not None:
+                payload[key] = getattr(request, key)
+        if stream:
+            payload["stream"] = True
+            payload["stream_options"] = {"include_usage": True}
+        return payload
+
+
+# -- request conversion ---------------------------------------------------------------
+
+
+def to_wire_messages(messages: list[Message] | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Our messages (models or plain dicts) as Chat Completions messages."""
+    wire: list[dict[str, Any]] = []
+    for item in messages:
+        message = item if isinstance(item, Message) else structure(item, Message)
+        if message.role == "assistant":
+            wire.append(_wire_assistant(message))
+        elif message.role == "tool":
+            wire.append(_wire_tool_result(message.tool_call_id or "", message.content))
+        else:
+            wire.extend(_wire_plain(message))
+    return wire
+
+
+def _wire_plain(message: Message) -> list[dict[str, Any]]:
+    """A system, developer or user message; tool_result blocks become tool messages."""
+    if isinstance(message.content, str):
+        return [_with_name({"role": message.role, "content": message.content}, message)]
+    results = [
+        _wire_tool_result(b.tool_call_id, b.output)
+        for b in message.content
+        if isinstance(b, ToolResultBlock)
+    ]
+    parts = [_wire_part(b) for b in message.content if isinstance(b, TextBlock | ImageBlock)]
+    if not parts:
+        return results
+    if all(p["type"] == "text" for p in parts):
+        content: str | list[dict[str, Any]] = "\n\n".join(p["text"] for p in parts)
+    else:
+        content = parts
+    return [*results, _with_name({"role": message.role, "content": content}, message)]
+
+
+def _with_name(wire: dict[str, Any], message: Message) -> dict[str, Any]:
+    if message.name:
+        wire["name"] = message.name
+    return wire
+
+
+def _wire_part(block: TextBlock | ImageBlock) -> dict[str, Any]:
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    source = block.source
+    if source.get("type") == "base64":
+        url = f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}"
+    else:
+        url = str(source.get("url", ""))
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _wire_assistant(message: Message) -> dict[str, Any]:
+    """Text plus tool calls; thinking and reasoning blocks are not sent to OpenAI."""
+    calls = list(message.tool_calls or [])
+    if isinstance(message.content, str):
+        text = message.content
+    else:
+        text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+        known = {c.id for c in calls}
+        calls += [
+            ToolCall(id=b.id, name=b.name, arguments=b.input)
+            for b in message.content
+            if isinstance(b, ToolCallBlock) and b.id not in known
+        ]
+    wire: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        wire["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            }
+            for call in calls
+        ]
+    return wire
+
+
+def _wire_tool_result(tool_call_id: str, output: Any) -> dict[str, Any]:
+    if isinstance(output, list) and all(isinstance(b, TextBlock | ToolResultBlock) for b in output):
+        text = "".join(b.text if isinstance(b, TextBlock) else _as_text(b.output) for b in output)
+    else:
+        text = _as_text(output)
+    return {"role": "tool", "tool_call_id": tool_call_id, "content": text}
+
+
+def _as_text(output: Any) -> str:
+    if output is None:
+        return ""
+    if isinstance(output, str):
+        return output
+    return json.dumps(output, default=str)
+
+
+def _wire_tool(tool: ToolSpec) -> dict[str, Any]:
+    function: dict[str, Any] = {
+        "name": tool.name,
+        "parameters": tool.parameters or {"type": "object", "properties": {}},
+    }
+    if tool.description:
+        function["description"] = tool.description
+    return {"type": "function", "function": function}
+
+
+def _wire_tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
+    if isinstance(choice, dict) or choice in _CHOICES:
+        return choice
+    return {"type": "function", "function": {"name": choice}}
+
+
+# -- response conversion --------------------------------------------------------------
+
+
+def parse_completion(body: Mapping[str, Any]) -> ChatResponse:
+    """A ``chat.completion`` object as our ChatResponse."""
+    choices = body.get("choices") or [{}]
+    choice = choices[0]
+    message = choice.get("message") or {}
+    calls = [
+        _tool_call(c.get("id", ""), c.get("function") or {})
+        for c in message.get("tool_calls") or []
+    ]
+    content: list[ContentBlock] = []
+    reasoning = message.get("reasoning_content")
+    if reasoning:
+        content.append(ThinkingBlock(thinking=reasoning, visibility="internal"))
+    if message.get("content"):
+        content.append(TextBlock(text=message["content"]))
+    content += [ToolCallBlock(id=c.id, name=c.name, input=c.arguments) for c in calls]
+    return ChatResponse(
+        content=content,
+        tool_calls=calls or None,
+        usage=parse_usage(body.get("usage")),
+        finish_reason=choice.get("finish_reason"),
+        metadata=_metadata(body),
+    )
+
+
+def _tool_call(call_id: str, function: Mapping[str, Any]) -> ToolCall:
+    return ToolCall(
+        id=call_id,
+        name=str(function.get("name", "")),
+        arguments=decode_tool_arguments(function.get("arguments")),
+    )
+
+
+def parse_usage(usage: Mapping[str, Any] | None) -> Usage | None:
+    """OpenAI usage: prompt/completion tokens, reasoning and cached-prompt details."""
+    if not usage:
+        return None
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=completion,
+        total_tokens=int(usage.get("total_tokens") or prompt + completion),
+        reasoning_tokens=reasoning,
+        cache_read_tokens=cached,
+    )
+
+
+def _metadata(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    meta = {
+        key: body[src] for key, src in (("response_id", "id"), ("model", "model")) if body.get(src)
+    }
+    return meta or None
+
+
+# -- streaming ------------------------------------------------------------------------
+
+
+class _StreamState:
+    """Blocks assembled from chunks, with our block indexes in order of appearance."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.thinking: int | None = None
+        self.text: int | None = None
+        self.tools: dict[int, int] = {}
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+        self.meta: dict[str, Any] | None = None
+        self.done = False
+
+    def open(self, kind: str, **fields: Any) -> tuple[int, dict[str, Any]]:
+        index = len(self.blocks)
+        self.blocks[index] = {"kind": kind, "parts": [], **fields}
+        event = {"type": "content_block:start", "index": index, "block_type": kind, **fields}
+        return index, event
+
+    def feed(self, delta: Mapping[str, Any]) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        if delta.get("reasoning_content"):
+            if self.thinking is None:
+                self.thinking, start = self.open("thinking")
+                events.append(start)
+            self.blocks[self.thinking]["parts"].append(delta["reasoning_content"])
+            events.append(
+                {
+                    "type": "thinking:delta",
+                    "index": self.thinking,
+                    "delta": delta["reasoning_content"],
+                }
+            )
+        if delta.get("content"):
+            if self.text is None:
+                self.text, start = self.open("text")
+                events.append(start)
+            self.blocks[self.text]["parts"].append(delta["content"])
+            events.append(
+                {
+                    "type": "content_block:delta",
+                    "index": self.text,
+                    "block_type": "text",
+                    "delta": delta["content"],
+                }
+            )
+        for fragment in delta.get("tool_calls") or []:
+            events += self._feed_tool(fragment)
+        return events
+
+    def _feed_tool(self, fragment: Mapping[str, Any]) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        wire_index = int(fragment.get("index", 0))
+        function = fragment.get("function") or {}
+        if wire_index not in self.tools:
+            index, start = self.open(
+                "tool_call", id=fragment.get("id", ""), name=function.get("name", "")
+            )
+            self.tools[wire_index] = index
+            events.append(start)
+        index = self.tools[wire_index]
+        block = self.blocks[index]
+        if fragment.get("id") and not block["id"]:
+            block["id"] = fragment["id"]
+        if function.get("name") and not block["name"]:
+            block["name"] = function["name"]
+        if function.get("arguments"):
+            block["parts"].append(function["arguments"])
+            events.append(
+                {
+                    "type": "content_block:delta",
+                    "index": index,
+                    "block_type": "tool_call",
+                    "delta": function["arguments"],
+                }
+            )
+        return events
+
+    def finish(self) -> list[dict[str, Any]]:
+        content: list[ContentBlock] = []
+        calls: list[ToolCall] = []
+        events: list[dict[str, Any]] = []
+        for index, block in self.blocks.items():
+            text = "".join(block["parts"])
+            built: ContentBlock
+            if block["kind"] == "text":
+                built = TextBlock(text=text)
+            elif block["kind"] == "thinking":
+                built = ThinkingBlock(thinking=text, visibility="internal")
+            else:
+                call = _tool_call(block["id"], {"name": block["name"], "arguments": text})
+                calls.append(call)
+                built = ToolCallBlock(id=call.id, name=call.name, input=call.arguments)
+            content.append(built)
+            events.append({"type": "content_block:end", "index": index, "block": built})
+        response = ChatResponse(
+            content=content,
+            tool_calls=calls or None,
+            usage=self.usage,
+            finish_reason=self.finish_reason,
+            metadata=self.meta,
+        )
+        events.append({"type": "response", "response": response})
+        return events
+
+
+async def _stream_events(
+    sse: AsyncIterator[SSEEvent], *, provider: str, model: str
+) -> AsyncGenerator[dict[str, Any], None]:
+    state = _StreamState()
+    failure: LLMError | None = None
+    async for event in sse:
+        if event.data.strip() == "[DONE]":
+            state.done = True
+            break
+        try:
+            chunk = _decode_chunk(event.data, provider=provider, model=model)
+            if "error" in chunk:
+                raise error_from_payload(chunk, provider=provider, model=model)
+        except LLMError as exc:
+            failure = exc
+            break
+        state.meta = state.meta or _metadata(chunk)
+        if chunk.get("usage"):
+            state.usage = parse_usage(chunk["usage"])
+        for choice in chunk.get("choices") or []:
+            for item in state.feed(choice.get("delta") or {}):
+                yield item
+            if choice.get("finish_reason"):
+                state.finish_reason = choice["finish_reason"]
+    await drain(sse)
+    if failure is not None:
+        raise failure
+    if not state.done and state.finish_reason is None:
+        raise error_from_payload(
+            {"error": {"message": "the stream ended before the response was complete"}},
+            provider=provider,
+            model=model,
+        )
+    for item in state.finish():
+        yield item
+
+
+def _decode_chunk(data: str, *, provider: str, model: str) -> dict[str, Any]:
+    try:
+        chunk = json.loads(data)
+    except ValueError as exc:
+        err = error_from_payload(
+            {"error": {"message": f"undecodable stream chunk: {data[:200]!r}"}},
+            provider=provider,
+            model=model,
+        )
+        raise err from exc
+    if not isinstance(chunk, dict):
+        raise error_from_payload(
+            {"error": {"message": "a stream chunk is not a JSON object"}},
+            provider=provider,
+            model=model,
+        )
+    return chunk
+
+
+# -- module entry point ---------------------------------------------------------------
+
+
+async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Any:
+    """Mount an OpenAIChatProvider; without a key (and no custom base_url) mount nothing.
+
+    A local compatible server needs no key: a ``base_url`` in config (or
+    ``OPENAI_BASE_URL``) other than OpenAI's is enough. Returns the async cleanup that
+    closes the HTTP client.
+    """
+    cfg = dict(config or {})
+    has_key = bool(cfg.get("api_key") or os.environ.get("OPENAI_API_KEY"))
+    base_url = cfg.get("base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    if not has_key and base_url.rstrip("/") == DEFAULT_BASE_URL:
+        logger.warning(
+            "provider-openai: no API key (config api_key or OPENAI_API_KEY); not mounted"
+        )
+        return None
+    provider = OpenAIChatProvider(cfg, hooks=getattr(coordinator, "hooks", None))
+    await coordinator.mount("providers", provider, name=provider.name)
+    return provider.http.aclose
