@@ -1,0 +1,601 @@
+"""Anthropic Messages API over httpx.
+
+System and developer messages become the top-level ``system`` prompt; assistant tool
+calls become ``tool_use`` blocks; consecutive tool results become ``tool_result`` blocks
+of one user message, in call order; thinking blocks travel back with their ``signature``
+unchanged (redacted thinking as is). ``base_url`` is the API root without ``/v1``, as the
+official SDK takes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import httpx
+
+from ..errors import LLMError
+from ..models import (
+    ChatRequest,
+    ChatResponse,
+    ContentBlock,
+    ImageBlock,
+    Message,
+    ModelInfo,
+    ProviderInfo,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolCall,
+    ToolCallBlock,
+    ToolResultBlock,
+    ToolSpec,
+    Usage,
+    structure,
+)
+from ._http import (
+    HookEmitter,
+    HTTPClient,
+    RetryPolicy,
+    decode_tool_arguments,
+    drain,
+    error_from_payload,
+)
+from ._sse import SSEEvent
+
+__all__ = ("AnthropicProvider", "mount", "DEFAULT_BASE_URL", "DEFAULT_MODEL", "API_VERSION")
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
+DEFAULT_MODEL: Final = "claude-sonnet-4-5"
+API_VERSION: Final = "2023-06-01"
+_DEFAULT_CONTEXT_WINDOW: Final = 200_000
+_DEFAULT_MAX_TOKENS: Final = 8_192
+_DEFAULT_THINKING_BUDGET: Final = 10_000
+_THINKING_HEADROOM: Final = 4_096  # room for the answer once the thinking budget is spent
+_EPHEMERAL: Final = {"type": "ephemeral"}
+
+
+class AnthropicProvider:
+    """A provider for the Messages API.
+
+    ``api_key`` comes from config or ``ANTHROPIC_API_KEY``; see ``docs/providers.md`` for
+    every config key. ``transport`` replaces the network (tests); ``hooks`` receives
+    ``provider:retry``.
+    """
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | None = None,
+        *,
+        hooks: HookEmitter | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        **http_options: Any,
+    ) -> None:
+        cfg = dict(config or {})
+        self._name = str(cfg.get("name") or cfg.get("instance_id") or "anthropic")
+        api_key = str(cfg.get("api_key") or os.environ.get("ANTHROPIC_API_KEY") or "")
+        base_url = str(
+            cfg.get("base_url") or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+        )
+        self.model = str(cfg.get("model") or cfg.get("default_model") or DEFAULT_MODEL)
+        self.priority = int(cfg.get("priority", 100))
+        self.context_window = int(cfg.get("context_window", _DEFAULT_CONTEXT_WINDOW))
+        self.max_tokens = int(
+            cfg.get("max_tokens", cfg.get("max_output_tokens", _DEFAULT_MAX_TOKENS))
+        )
+        self.temperature: float | None = cfg.get("temperature")
+        self.extended_thinking = bool(cfg.get("extended_thinking", False))
+        self.thinking_budget = int(cfg.get("thinking_budget_tokens", _DEFAULT_THINKING_BUDGET))
+        self.prompt_caching = bool(cfg.get("prompt_caching", True))
+        headers = {"accept": "application/json", "anthropic-version": API_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        betas = cfg.get("beta_headers") or []
+        if betas:
+            headers["anthropic-beta"] = ",".join([betas] if isinstance(betas, str) else betas)
+        self.http = HTTPClient(
+            provider=self._name,
+            base_url=base_url.rstrip("/") + "/v1",
+            headers=headers,
+            secrets=(api_key,),
+            timeout=float(cfg.get("timeout", 600.0)),
+            retry=RetryPolicy.from_config(cfg),
+            hooks=hooks,
+            transport=transport,
+            **http_options,
+        )
+
+    def __repr__(self) -> str:
+        return f"AnthropicProvider(name={self._name!r}, model={self.model!r}, http={self.http!r})"
+
+    @property
+    def name(self) -> str:
+        """The mount name (config ``name``, default ``anthropic``)."""
+        return self._name
+
+    def get_info(self) -> ProviderInfo:
+        """Identity, credentials and the defaults context managers size requests with."""
+        return ProviderInfo(
+            id="anthropic",
+            display_name="Anthropic Messages",
+            credential_env_vars=("ANTHROPIC_API_KEY",),
+            capabilities=("tools", "streaming", "vision", "thinking"),
+            defaults={
+                "model": self.model,
+                "context_window": self.context_window,
+                "max_output_tokens": self.max_tokens,
+            },
+        )
+
+    async def list_models(self) -> list[ModelInfo]:
+        """Every model of ``GET /v1/models``, following ``has_more`` pages."""
+        models: list[ModelInfo] = []
+        params: dict[str, Any] = {"limit": 100}
+        while True:
+            page = await self.http.request_json("GET", "models", params=params)
+            models.extend(
+                ModelInfo(
+                    id=str(item["id"]),
+                    display_name=str(item.get("display_name") or item["id"]),
+                    context_window=self.context_window,
+                    max_output_tokens=self.max_tokens,
+                    capabilities=("tools", "thinking"),
+                )
+                for item in page.get("data", [])
+                if isinstance(item, dict) and "id" in item
+            )
+            if not page.get("has_more") or not page.get("last_id"):
+                return models
+            params = {"limit": 100, "after_id": page["last_id"]}
+
+    async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
+        """One non-streaming Messages call."""
+        payload = self.build_payload(request, stream=False, **kwargs)
+        body = await self.http.request_json(
+            "POST", "messages", json_body=payload, model=payload["model"], timeout=request.timeout
+        )
+        return parse_message(body)
+
+    def parse_tool_calls(self, response: ChatResponse) -> list[ToolCall]:
+        """The response's tool calls, in the order the model made them."""
+        return list(response.tool_calls or [])
+
+    @asynccontextmanager
+    async def stream(
+        self, request: ChatRequest, **kwargs: Any
+    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        """Stream a Messages call: yields an iterator of events, the last one ``response``."""
+        payload = self.build_payload(request, stream=True, **kwargs)
+        async with self.http.stream_sse(
+            "messages", json_body=payload, model=payload["model"], timeout=request.timeout
+        ) as sse:
+            events = _stream_events(sse, provider=self._name, model=payload["model"])
+            try:
+                yield events
+            finally:
+                await events.aclose()
+
+    def build_payload(self, request: ChatRequest, *, stream: bool, **kwargs: Any) -> dict[str, Any]:
+        """The JSON body for ``request``.
+
+        ``kwargs`` may carry ``extended_thinking`` and ``thinking_budget_tokens``, as
+        upstream orchestrators pass them.
+        """
+        system, messages = to_wire_messages(request.messages)
+        payload: dict[str, Any] = {
+            "model": request.model or self.model,
+            "max_tokens": request.max_output_tokens or self.max_tokens,
+            "messages": messages,
+        }
+        if system:
+            payload["system"] = self._system(system)
+        if request.tools:
+            tools = [_wire_tool(tool) for tool in request.tools]
+            if self.prompt_caching:
+                tools[-1]["cache_control"] = dict(_EPHEMERAL)
+            payload["tools"] = tools
+            if request.tool_choice is not None:
+                payload["tool_choice"] = _wire_tool_choice(request.tool_choice)
+        thinking = bool(kwargs.get("extended_thinking", self.extended_thinking))
+        if thinking:
+            budget = int(kwargs.get("thinking_budget_tokens", self.thinking_budget))
+            payload["thinking"] = {"type": "enabled", "budget_tokens": budget}
+            payload["max_tokens"] = max(payload["max_tokens"], budget + _THINKING_HEADROOM)
+        else:  # the API rejects a temperature together with extended thinking
+            temperature = (
+                request.temperature if request.temperature is not None else self.temperature
+            )
+            if temperature is not None:
+                payload["temperature"] = temperature
+            if request.top_p is not None:
+                payload["top_p"] = request.top_p
+        if request.stop:
+            payload["stop_sequences"] = request.stop
+        if stream:
+            payload["stream"] = True
+        return payload
+
+    def _system(self, text: str) -> str | list[dict[str, Any]]:
+        if not self.prompt_caching:
+            return text
+        return [{"type": "text", "text": text, "cache_control": dict(_EPHEMERAL)}]
+
+
+# -- request conversion ---------------------------------------------------------------
+
+
+def to_wire_messages(
+    messages: list[Message] | list[dict[str, Any]],
+) -> tuple[str, list[dict[str, Any]]]:
+    """(system prompt, Messages API messages) for our messages (models or plain dicts)."""
+    system: list[str] = []
+    wire: list[dict[str, Any]] = []
+    for item in messages:
+        message = item if isinstance(item, Message) else structure(item, Message)
+        if message.role in ("system", "developer"):
+            system.append(_plain_text(message.content))
+        elif message.role == "tool":
+            _append_user(wire, [_tool_result(message.tool_call_id or "", message.content)])
+        elif message.role == "assistant":
+            blocks = _assistant_blocks(message)
+            if blocks:
+                wire.append({"role": "assistant", "content": blocks})
+        else:
+            _append_user(wire, _user_blocks(message.content))
+    return "\n\n".join(s for s in system if s), wire
+
+
+def _append_user(wire: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> None:
+    """Add blocks as a user turn; tool results join the user turn right before them."""
+    if not blocks:
+        return
+    last = wire[-1] if wire else None
+    joins = blocks[0]["type"] == "tool_result"
+    if last is not None and last["role"] == "user" and joins and _only_results(last):
+        last["content"].extend(blocks)
+    else:
+        wire.append({"role": "user", "content": blocks})
+
+
+def _only_results(message: dict[str, Any]) -> bool:
+    return all(block["type"] == "tool_result" for block in message["content"])
+
+
+def _plain_text(content: str | list[ContentBlock]) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n\n".join(b.text for b in content if isinstance(b, TextBlock) and b.text)
+
+
+def _user_blocks(content: str | list[ContentBlock]) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    blocks: list[dict[str, Any]] = []
+    for block in content:
+        if isinstance(block, TextBlock) and block.text:
+            blocks.append({"type": "text", "text": block.text})
+        elif isinstance(block, ImageBlock):
+            blocks.append({"type": "image", "source": block.source})
+        elif isinstance(block, ToolResultBlock):
+            blocks.append(_tool_result(block.tool_call_id, block.output))
+    # tool_result blocks must open the user turn that answers the calls
+    return sorted(blocks, key=lambda b: b["type"] != "tool_result")
+
+
+def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
+    """Thinking (signed) and redacted thinking first as given, text, then tool_use."""
+    blocks: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    content = (
+        [TextBlock(text=message.content)] if isinstance(message.content, str) else message.content
+    )
+    for block in content:
+        if isinstance(block, ThinkingBlock) and block.signature:
+            blocks.append(
+                {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+            )
+        elif isinstance(block, RedactedThinkingBlock):
+            blocks.append({"type": "redacted_thinking", "data": block.data})
+        elif isinstance(block, TextBlock) and block.text:
+            blocks.append({"type": "text", "text": block.text})
+        elif isinstance(block, ToolCallBlock) and block.id not in seen:
+            seen.add(block.id)
+            blocks.append(
+                {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+            )
+    for call in message.tool_calls or []:
+        if call.id not in seen:
+            seen.add(call.id)
+            blocks.append(
+                {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+            )
+    return blocks
+
+
+def _tool_result(tool_use_id: str, output: Any) -> dict[str, Any]:
+    if isinstance(output, list) and all(isinstance(b, TextBlock) for b in output):
+        text = "".join(b.text for b in output)
+    elif isinstance(output, str):
+        text = output
+    else:
+        text = "" if output is None else json.dumps(output, default=str)
+    return {"type": "tool_result", "tool_use_id": tool_use_id, "content": text}
+
+
+def _wire_tool(tool: ToolSpec) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "name": tool.name,
+        "input_schema": tool.parameters or {"type": "object", "properties": {}},
+    }
+    if tool.description:
+        wire["description"] = tool.description
+    return wire
+
+
+def _wire_tool_choice(choice: str | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(choice, dict):
+        return choice
+    named = {
+        "auto": {"type": "auto"},
+        "required": {"type": "any"},
+        "any": {"type": "any"},
+        "none": {"type": "none"},
+    }
+    return named.get(choice, {"type": "tool", "name": choice})
+
+
+# -- response conversion --------------------------------------------------------------
+
+
+def parse_message(body: Mapping[str, Any]) -> ChatResponse:
+    """A ``message`` object as our ChatResponse."""
+    content = [block for raw in body.get("content") or [] if (block := _block(raw)) is not None]
+    calls = [
+        ToolCall(id=b.id, name=b.name, arguments=b.input)
+        for b in content
+        if isinstance(b, ToolCallBlock)
+    ]
+    return ChatResponse(
+        content=content,
+        tool_calls=calls or None,
+        usage=parse_usage(body.get("usage")),
+        finish_reason=body.get("stop_reason"),
+        metadata=_metadata(body),
+    )
+
+
+def _block(raw: Mapping[str, Any]) -> ContentBlock | None:
+    kind = raw.get("type")
+    if kind == "text":
+        return TextBlock(text=str(raw.get("text", "")))
+    if kind == "thinking":
+        return ThinkingBlock(
+            thinking=str(raw.get("thinking", "")),
+            signature=raw.get("signature") or None,
+            visibility="internal",
+        )
+    if kind == "redacted_thinking":
+        return RedactedThinkingBlock(data=str(raw.get("data", "")), visibility="internal")
+    if kind == "tool_use":
+        raw_input = raw.get("input")
+        return ToolCallBlock(
+            id=str(raw.get("id", "")),
+            name=str(raw.get("name", "")),
+            input=raw_input if isinstance(raw_input, dict) else {},
+        )
+    return None  # server tools and future block types are not ours to interpret
+
+
+def parse_usage(usage: Mapping[str, Any] | None) -> Usage | None:
+    """Anthropic usage; ``input_tokens`` counts every prompt token, cached ones included.
+
+    The API's ``input_tokens`` excludes cache reads and writes; we add them back so the
+    number means the same as OpenAI's ``prompt_tokens``, and report the cache split in
+    ``cache_read_tokens`` / ``cache_write_tokens``.
+    """
+    if not usage:
+        return None
+    cache_read = usage.get("cache_read_input_tokens")
+    cache_write = usage.get("cache_creation_input_tokens")
+    prompt = int(usage.get("input_tokens") or 0) + int(cache_read or 0) + int(cache_write or 0)
+    output = int(usage.get("output_tokens") or 0)
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=output,
+        total_tokens=prompt + output,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )
+
+
+def _metadata(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    meta = {key: body[key] for key in ("model",) if body.get(key)}
+    if body.get("id"):
+        meta["response_id"] = body["id"]
+    return meta or None
+
+
+# -- streaming ------------------------------------------------------------------------
+
+_KINDS: Final = {
+    "text": "text",
+    "thinking": "thinking",
+    "redacted_thinking": "thinking",
+    "tool_use": "tool_call",
+}
+
+
+class _StreamState:
+    """The message as ``message_start`` / ``content_block_*`` / ``message_delta`` build it."""
+
+    def __init__(self) -> None:
+        self.message: dict[str, Any] = {}
+        self.usage: dict[str, Any] = {}
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.json_parts: dict[int, list[str]] = {}
+        self.finished: list[ContentBlock] = []
+        self.stopped = False
+
+    def handle(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        kind = data.get("type")
+        if kind == "message_start":
+            self.message = dict(data.get("message") or {})
+            self.usage.update(self.message.get("usage") or {})
+        elif kind == "content_block_start":
+            return self._start(int(data["index"]), dict(data.get("content_block") or {}))
+        elif kind == "content_block_delta":
+            return self._delta(int(data["index"]), data.get("delta") or {})
+        elif kind == "content_block_stop":
+            return self._stop(int(data["index"]))
+        elif kind == "message_delta":
+            self.message.update(
+                {k: v for k, v in (data.get("delta") or {}).items() if v is not None}
+            )
+            self.usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
+        elif kind == "message_stop":
+            self.stopped = True
+        return []
+
+    def _start(self, index: int, block: dict[str, Any]) -> list[dict[str, Any]]:
+        self.blocks[index] = block
+        self.json_parts[index] = []
+        event: dict[str, Any] = {
+            "type": "content_block:start",
+            "index": index,
+            "block_type": _KINDS.get(block.get("type", ""), block.get("type")),
+        }
+        if block.get("type") == "tool_use":
+            event.update(id=block.get("id", ""), name=block.get("name", ""))
+        return [event]
+
+    def _delta(self, index: int, delta: Mapping[str, Any]) -> list[dict[str, Any]]:
+        block = self.blocks.setdefault(index, {"type": "text", "text": ""})
+        kind = delta.get("type")
+        if kind == "text_delta":
+            block["text"] = block.get("text", "") + delta.get("text", "")
+            return [
+                {
+                    "type": "content_block:delta",
+                    "index": index,
+                    "block_type": "text",
+                    "delta": delta.get("text", ""),
+                }
+            ]
+        if kind == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+            return [{"type": "thinking:delta", "index": index, "delta": delta.get("thinking", "")}]
+        if kind == "signature_delta":
+            block["signature"] = block.get("signature", "") + delta.get("signature", "")
+        elif kind == "input_json_delta":
+            part = delta.get("partial_json", "")
+            self.json_parts.setdefault(index, []).append(part)
+            if part:
+                return [
+                    {
+                        "type": "content_block:delta",
+                        "index": index,
+                        "block_type": "tool_call",
+                        "delta": part,
+                    }
+                ]
+        return []
+
+    def _stop(self, index: int) -> list[dict[str, Any]]:
+        raw = self.blocks.get(index, {})
+        if raw.get("type") == "tool_use":
+            parts = self.json_parts.get(index) or []
+            raw["input"] = (
+                decode_tool_arguments("".join(parts)) if parts else raw.get("input") or {}
+            )
+        block = _block(raw)
+        if block is None:
+            return []
+        self.finished.append(block)
+        return [{"type": "content_block:end", "index": index, "block": block}]
+
+    def response(self) -> ChatResponse:
+        calls = [
+            ToolCall(id=b.id, name=b.name, arguments=b.input)
+            for b in self.finished
+            if isinstance(b, ToolCallBlock)
+        ]
+        return ChatResponse(
+            content=list(self.finished),
+            tool_calls=calls or None,
+            usage=parse_usage(self.usage),
+            finish_reason=self.message.get("stop_reason"),
+            metadata=_metadata(self.message),
+        )
+
+
+async def _stream_events(
+    sse: AsyncIterator[SSEEvent], *, provider: str, model: str
+) -> AsyncGenerator[dict[str, Any], None]:
+    state = _StreamState()
+    failure: LLMError | None = None
+    async for event in sse:
+        try:
+            data = _decode_event(event.data, provider=provider, model=model)
+            if data.get("type") == "error" or event.event == "error":
+                raise error_from_payload(data, provider=provider, model=model)
+        except LLMError as exc:
+            failure = exc
+            break
+        for item in state.handle(data):
+            yield item
+        if state.stopped:
+            break
+    await drain(sse)
+    if failure is not None:
+        raise failure
+    if not state.stopped:
+        raise error_from_payload(
+            {"error": {"message": "the stream ended before message_stop"}},
+            provider=provider,
+            model=model,
+        )
+    yield {"type": "response", "response": state.response()}
+
+
+def _decode_event(data: str, *, provider: str, model: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        err = error_from_payload(
+            {"error": {"message": f"undecodable stream event: {data[:200]!r}"}},
+            provider=provider,
+            model=model,
+        )
+        raise err from exc
+    if not isinstance(value, dict):
+        raise error_from_payload(
+            {"error": {"message": "a stream event is not a JSON object"}},
+            provider=provider,
+            model=model,
+        )
+    return value
+
+
+# -- module entry point ---------------------------------------------------------------
+
+
+async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Any:
+    """Mount an AnthropicProvider; without an API key, log a warning and mount nothing.
+
+    Returns the async cleanup that closes the HTTP client.
+    """
+    cfg = dict(config or {})
+    if not (cfg.get("api_key") or os.environ.get("ANTHROPIC_API_KEY")):
+        logger.warning(
+            "provider-anthropic: no API key (config api_key or ANTHROPIC_API_KEY); not mounted"
+        )
+        return None
+    provider = AnthropicProvider(cfg, hooks=getattr(coordinator, "hooks", None))
+    await coordinator.mount("providers", provider, name=provider.name)
+    return provider.http.aclose
