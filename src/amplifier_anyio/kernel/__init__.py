@@ -1,10 +1,13 @@
-"""The kernel: hook registry, cancellation token, coordinator (and, later, session and loader)."""
+"""The kernel: session, mount plans, module loader, coordinator, hooks, cancellation."""
 
 from __future__ import annotations
 
 from .cancellation import CancellationState, CancellationStatistics, CancellationToken
 from .coordinator import MOUNT_POINTS, ModuleCoordinator
 from .hooks import Handler, HookRegistry, HookRegistryStatistics
+from .loader import ENTRY_POINT_GROUP, ModuleLoader, package_name
+from .mount_plan import ModuleSpec, MountPlan
+from .session import AmplifierSession, SessionStatus
 from .tracing import (
     ToolCallContext,
     current_tool_call,
@@ -12,8 +15,18 @@ from .tracing import (
     tool_call_scope,
     trace_scope,
 )
+from .turns import TurnResult, TurnStatus
 
 __all__ = (
+    "AmplifierSession",
+    "SessionStatus",
+    "TurnResult",
+    "TurnStatus",
+    "MountPlan",
+    "ModuleSpec",
+    "ModuleLoader",
+    "ENTRY_POINT_GROUP",
+    "package_name",
     "HookRegistry",
     "HookRegistryStatistics",
     "Handler",

@@ -1,0 +1,304 @@
+"""AmplifierSession: load a mount plan, run turns, clean up.
+
+``async with AmplifierSession(plan) as session`` loads the modules (orchestrator,
+context, providers, tools, hooks — in that order) and, on exit, emits ``session:end`` and
+runs every cleanup in reverse, shielded and bounded. A failing orchestrator or context
+stops the session from starting; a failing provider, tool or hook is reported as
+``module:load_failed`` and the session goes on without it.
+
+``run()`` never turns the host's own cancellation into a return value: if the host
+cancels, the turn closes its events, the cancellation propagates, and ``async with``
+still cleans up.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import attrs
+
+from ..errors import ConfigError, ModuleLoadError, ModuleNotFoundError, SessionError
+from ..events import (
+    CANCEL_COMPLETED,
+    MODULE_LOAD_FAILED,
+    SESSION_END,
+    SESSION_FORK,
+    SESSION_RESUME,
+    SESSION_START,
+)
+from ..interfaces import ApprovalSystem, DisplaySystem
+from .coordinator import ModuleCoordinator
+from .loader import ModuleLoader
+from .mount_plan import ModuleSpec, MountPlan
+from .turns import TurnResult, TurnStatus
+
+__all__ = ("AmplifierSession", "SessionStatus", "TurnResult", "TurnStatus")
+
+logger = logging.getLogger(__name__)
+
+_END_TIMEOUT = 10.0  # seconds the shielded session:end emit may take
+_MOUNT_POINT_OF = {"orchestrator": "orchestrator", "context": "context", "provider": "providers"}
+
+
+@attrs.define(eq=False)
+class SessionStatus:
+    """Live counters of a session."""
+
+    session_id: str
+    started_at: datetime = attrs.field(factory=lambda: datetime.now(UTC))
+    ended_at: datetime | None = None
+    status: Literal["running", "completed", "failed", "cancelled"] = "running"
+    turns: int = 0
+    total_input_tokens: int = 0
+    total_output_tokens: int = 0
+    last_error: dict[str, Any] | None = None
+
+
+class AmplifierSession:
+    """One agent session over a mount plan (a dict, a MountPlan, or a YAML/TOML path)."""
+
+    def __init__(
+        self,
+        plan: dict[str, Any] | MountPlan | str | Path,
+        *,
+        session_id: str | None = None,
+        parent_id: str | None = None,
+        approval_system: ApprovalSystem | None = None,
+        display_system: DisplaySystem | None = None,
+        is_resumed: bool = False,
+        loader: ModuleLoader | None = None,
+    ) -> None:
+        self.plan: MountPlan | None = None
+        self._plan_path: Path | None = None
+        if isinstance(plan, MountPlan):
+            self.plan = plan
+        elif isinstance(plan, dict):
+            self.plan = MountPlan.from_dict(plan)
+        elif isinstance(plan, str | Path):
+            self._plan_path = Path(plan)
+        else:  # a caller without a type checker
+            msg = f"<plan>: expected a dict, a MountPlan or a file path, got {type(plan).__name__}"  # type: ignore[unreachable]
+            raise ConfigError(msg)
+        self.session_id = session_id or str(uuid.uuid4())
+        self.parent_id = parent_id
+        self.is_resumed = is_resumed
+        self.coordinator = ModuleCoordinator(self, approval_system, display_system)
+        self.coordinator.hooks.set_default_fields(session_id=self.session_id, parent_id=parent_id)
+        self.loader = loader or ModuleLoader(coordinator=self.coordinator)
+        self.coordinator.loader = self.loader
+        self.status = SessionStatus(session_id=self.session_id)
+        self.initialized = False
+        self._started = False
+        self._turn_running = False
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The plan as a dict (empty until a file plan was read)."""
+        return self.plan.raw if self.plan is not None else {}
+
+    async def __aenter__(self) -> AmplifierSession:
+        await self.initialize()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.cleanup()
+
+    # -- loading ---------------------------------------------------------------------------
+
+    async def initialize(self) -> None:
+        """Load and mount the plan's modules; idempotent."""
+        if self.initialized:
+            await anyio.lowlevel.checkpoint()
+            return
+        plan = self.plan
+        if plan is None:
+            assert self._plan_path is not None
+            plan = await anyio.to_thread.run_sync(MountPlan.from_file, self._plan_path)
+            self.plan = plan
+        try:
+            await self._mount_required("orchestrator", plan.orchestrator)
+            await self._mount_required("context", plan.context)
+            for kind, specs in (
+                ("provider", plan.providers),
+                ("tool", plan.tools),
+                ("hook", plan.hooks),
+            ):
+                for spec in specs:
+                    await self._mount_optional(kind, spec)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.coordinator.cleanup()
+            self.loader.cleanup()
+            raise
+        self.initialized = True
+        if self.parent_id is not None:
+            await self.coordinator.hooks.emit(
+                SESSION_FORK, {"parent": self.parent_id, "session_id": self.session_id}
+            )
+
+    async def _mount(self, kind: str, spec: ModuleSpec) -> None:
+        assert self.plan is not None
+        mount = await self.loader.load(spec.module, spec.config, spec.source, self.coordinator)
+        before = dict(self.coordinator.get("providers")) if kind == "provider" else {}
+        cleanup = await mount(self.coordinator)
+        self.coordinator.register_cleanup(cleanup)
+        if kind == "provider" and spec.instance_id:
+            self._rename_provider(before, spec)
+
+    def _rename_provider(self, before: dict[str, Any], spec: ModuleSpec) -> None:
+        providers = self.coordinator.get("providers")
+        added = [
+            name for name in providers if name not in before or providers[name] is not before[name]
+        ]
+        for name in added:
+            providers[spec.instance_id] = providers.pop(name)
+
+    async def _mount_required(self, kind: str, spec: ModuleSpec) -> None:
+        await self._mount(kind, spec)
+        if self.coordinator.get(_MOUNT_POINT_OF[kind]) is None:
+            msg = f"session.{kind}: module {spec.module!r} mounted nothing at {kind!r}"
+            raise ConfigError(msg)
+
+    async def _mount_optional(self, kind: str, spec: ModuleSpec) -> None:
+        try:
+            await self._mount(kind, spec)
+        except Exception as exc:  # noqa: BLE001 - reported as module:load_failed, session goes on
+            logger.warning("%s %r failed to load: %s", kind, spec.module, exc)
+            await self.coordinator.hooks.emit(
+                MODULE_LOAD_FAILED,
+                {
+                    "module_type": kind,
+                    "module_id": spec.module,
+                    "instance_id": spec.instance_id,
+                    "error": str(exc),
+                    "reason_code": _reason_code(exc),
+                },
+            )
+
+    # -- turns -----------------------------------------------------------------------------
+
+    async def run(self, prompt: str) -> TurnResult:
+        """Run one turn. A turn cancelled through the session returns status ``cancelled``."""
+        await self.initialize()
+        if self._turn_running:
+            msg = "a turn is already running in this session"
+            raise SessionError(msg)
+        self._turn_running = True
+        try:
+            await self._announce()
+            result = await self._run_turn(prompt)
+        except BaseException:
+            self.status.status = "cancelled"
+            raise
+        finally:
+            self._turn_running = False
+        self._record(result)
+        return result
+
+    async def execute(self, prompt: str) -> str:
+        """Amplifier's call: the answer's text; raises the turn's own exception if it failed."""
+        result = await self.run(prompt)
+        if result.error is not None:
+            raise result.error
+        return result.text
+
+    def cancel(self, immediate: bool = False) -> None:
+        """Ask the running turn to stop: after the tool batch, or (immediate) right now.
+
+        Synchronous and safe from any task of the session's event loop; from another
+        thread use ``anyio.from_thread.run_sync(session.cancel, True)``.
+        """
+        self.coordinator.request_cancel_nowait(immediate)
+
+    async def _announce(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        event = SESSION_RESUME if self.is_resumed else SESSION_START
+        payload: dict[str, Any] = {"session_id": self.session_id, "parent_id": self.parent_id}
+        metadata = self.config.get("session", {}).get("metadata")
+        if metadata:
+            payload["metadata"] = metadata
+        await self.coordinator.hooks.emit(event, payload)
+
+    async def _run_turn(self, prompt: str) -> TurnResult:
+        coordinator = self.coordinator
+        orchestrator = coordinator.get("orchestrator")
+        if orchestrator is None:
+            msg = "No orchestrator module mounted"
+            raise SessionError(msg)
+        args = (
+            prompt,
+            coordinator.get("context"),
+            coordinator.get("providers"),
+            coordinator.get("tools"),
+            coordinator.hooks,
+        )
+        run_turn = getattr(orchestrator, "run_turn", None)
+        if run_turn is not None:
+            result: TurnResult = await run_turn(*args, coordinator=coordinator)
+            return result
+        return await self._run_foreign(orchestrator, args)
+
+    async def _run_foreign(self, orchestrator: Any, args: tuple[Any, ...]) -> TurnResult:
+        """An orchestrator with only ``execute``: the session binds the cancel scope."""
+        token = self.coordinator.cancellation
+        self.coordinator.reset_turn()
+        text, status, error = "", TurnStatus.SUCCESS, None
+        with anyio.CancelScope() as scope, token.bind_scope(scope):
+            try:
+                text = await orchestrator.execute(*args, coordinator=self.coordinator)
+            except Exception as exc:  # noqa: BLE001 - reported in the TurnResult
+                status, error = TurnStatus.ERROR, exc
+        if scope.cancelled_caught or (token.is_cancelled and status is TurnStatus.SUCCESS):
+            status = TurnStatus.CANCELLED
+            with anyio.CancelScope(shield=True):
+                await self.coordinator.flush_cancel_request()
+                await self.coordinator.hooks.emit(
+                    CANCEL_COMPLETED, {"was_immediate": token.is_immediate}
+                )
+        return TurnResult(text=str(text or ""), status=status, error=error)
+
+    def _record(self, result: TurnResult) -> None:
+        status = self.status
+        status.turns += 1
+        status.total_input_tokens += result.usage.input_tokens
+        status.total_output_tokens += result.usage.output_tokens
+        if result.error is not None:
+            status.status = "failed"
+            status.last_error = {"type": type(result.error).__name__, "message": str(result.error)}
+        elif result.status is TurnStatus.CANCELLED:
+            status.status = "cancelled"
+        else:
+            status.status = "completed"
+
+    # -- the end ---------------------------------------------------------------------------
+
+    async def cleanup(self) -> None:
+        """Emit ``session:end`` (if initialized), run cleanups in reverse, shielded and bounded."""
+        try:
+            if self.initialized:
+                self.status.ended_at = datetime.now(UTC)
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT):
+                    await self.coordinator.hooks.emit(
+                        SESSION_END, {"session_id": self.session_id, "status": self.status.status}
+                    )
+            await self.coordinator.cleanup()
+        finally:
+            self.initialized = False
+            self.loader.cleanup()
+
+
+def _reason_code(exc: BaseException) -> str:
+    if isinstance(exc, ModuleNotFoundError):
+        return "not_found"
+    if isinstance(exc, ModuleLoadError):
+        return "load_error"
+    if isinstance(exc, ConfigError):
+        return "config_error"
+    return "mount_error"

@@ -1,0 +1,9 @@
+"""Providers: the offline ScriptedProvider and the HTTP providers (OpenAI-compatible, Anthropic)."""
+
+from __future__ import annotations
+
+from .anthropic import AnthropicProvider
+from .openai import OpenAIChatProvider
+from .scripted import ScriptedProvider, ScriptExhaustedError
+
+__all__ = ("ScriptedProvider", "ScriptExhaustedError", "OpenAIChatProvider", "AnthropicProvider")
