@@ -200,14 +200,17 @@ class ModuleCoordinator:
         await anyio.lowlevel.checkpoint()
 
     async def _run_cleanup(self, fn: Callable[[], Any]) -> BaseException | None:
+        cancelled = anyio.get_cancelled_exc_class()
         with anyio.move_on_after(self.cleanup_timeout) as scope:
             try:
                 result = fn()
                 if inspect.isawaitable(result):
                     await result
+            except cancelled:
+                raise  # our own deadline: move_on_after absorbs it just below
             except Exception:
                 logger.exception("cleanup %r failed", fn)
-            except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt etc. re-raised after the rest
+            except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt etc.: re-raised after the rest
                 return exc
         if scope.cancelled_caught:
             logger.warning("cleanup %r gave up after %ss", fn, self.cleanup_timeout)
