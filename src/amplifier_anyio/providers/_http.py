@@ -540,7 +540,7 @@ class HTTPClient:
                 except BaseException:
                     await _close(response)
                     raise
-        except (httpx.TransportError, TimeoutError) as exc:
+        except (httpx.RequestError, TimeoutError) as exc:
             raise _transport_error(
                 exc, provider=self.provider, model=model, secrets=self._secrets
             ) from exc
