@@ -1,0 +1,102 @@
+"""Every public module's ``__all__`` says exactly what it offers.
+
+Modules are discovered, not listed: a module added anywhere under ``amplifier_anyio``
+is checked without editing this file. A module is public when no part of its dotted
+name starts with an underscore.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from types import ModuleType
+
+import pytest
+
+import amplifier_anyio
+
+
+def _public_module_names() -> list[str]:
+    walk = pkgutil.walk_packages(
+        amplifier_anyio.__path__,
+        prefix="amplifier_anyio.",
+        # A package that fails to import is reported by the tests below, not here.
+        onerror=lambda _name: None,
+    )
+    names = [info.name for info in walk]
+    public = [n for n in names if not any(part.startswith("_") for part in n.split("."))]
+    return sorted(["amplifier_anyio", *public])
+
+
+PUBLIC_MODULES = _public_module_names()
+
+
+def _import(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").split(".")[0]
+        if missing and missing != "amplifier_anyio":
+            pytest.skip(f"{name} needs the optional dependency {missing!r}")
+        raise
+
+
+def _all(module: ModuleType) -> tuple[str, ...]:
+    # A missing __all__ is reported once, by the first test; here it just lists nothing.
+    return tuple(getattr(module, "__all__", ()))
+
+
+def _is_api_object(obj: object) -> bool:
+    return inspect.isclass(obj) or inspect.isfunction(obj)
+
+
+def test_discovery_finds_the_known_modules() -> None:
+    assert {
+        "amplifier_anyio",
+        "amplifier_anyio.errors",
+        "amplifier_anyio.events",
+        "amplifier_anyio.models",
+        "amplifier_anyio.models.converter",
+        "amplifier_anyio.testing.strategies",
+    } <= set(PUBLIC_MODULES)
+    assert "amplifier_anyio.models._validators" not in PUBLIC_MODULES
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_all_is_a_tuple_of_unique_existing_names(name: str) -> None:
+    module = _import(name)
+    exported = getattr(module, "__all__", None)
+    assert exported is not None, f"{name} has no __all__"
+    assert isinstance(exported, tuple), f"{name}.__all__ is not a tuple"
+    assert all(isinstance(item, str) for item in exported)
+    duplicates = sorted({item for item in exported if exported.count(item) > 1})
+    assert not duplicates, f"listed twice in {name}.__all__: {duplicates}"
+    missing = [item for item in exported if not hasattr(module, item)]
+    assert not missing, f"listed in {name}.__all__ but not defined: {missing}"
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_every_public_class_and_function_defined_here_is_listed(name: str) -> None:
+    module = _import(name)
+    exported = set(_all(module))
+    unlisted = sorted(
+        attr
+        for attr, obj in vars(module).items()
+        if not attr.startswith("_")
+        and _is_api_object(obj)
+        and getattr(obj, "__module__", None) == name
+        and attr not in exported
+    )
+    assert not unlisted, f"public in {name} but missing from __all__: {unlisted}"
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_every_listed_class_and_function_has_a_docstring(name: str) -> None:
+    module = _import(name)
+    undocumented = sorted(
+        item
+        for item in _all(module)
+        if _is_api_object(obj := getattr(module, item, None)) and not inspect.getdoc(obj)
+    )
+    assert not undocumented, f"no docstring in {name}: {undocumented}"
