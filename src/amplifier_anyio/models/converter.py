@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, get_args
 
 import cattrs
+import cattrs.cols
 from cattrs.preconf.json import make_converter
 
 from ..errors import ValidationError
@@ -107,9 +108,52 @@ converter.register_structure_hook(str, _strict(str))
 converter.register_structure_hook(int, _strict(int))
 converter.register_structure_hook(float, _strict(float, int))
 converter.register_structure_hook(bool, _strict(bool))
-converter.register_structure_hook(ContentBlock, _structure_block)
-converter.register_structure_hook(str | list[ContentBlock], _structure_content)
+
+
+def _is_optional_literal(tp: Any) -> bool:
+    args = get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else ()
+    rest = [a for a in args if a is not types.NoneType]
+    return len(args) == 2 and len(rest) == 1 and typing.get_origin(rest[0]) is typing.Literal
+
+
+def _structure_optional_literal(data: Any, tp: Any) -> Any:
+    if data is None:
+        return None
+    (literal,) = (a for a in get_args(tp) if a is not types.NoneType)
+    if data in get_args(literal):
+        return data
+    choices = ", ".join(repr(a) for a in get_args(literal))
+    msg = f"must be one of {choices} (or null), not {data!r}"
+    raise _PayloadError(msg)
+
+
+def _is_sequence(tp: Any) -> bool:
+    return typing.get_origin(tp) in (list, tuple) and tp is not tuple
+
+
+def _sequence_factory(tp: Any) -> Callable[[Any, Any], Any]:
+    if typing.get_origin(tp) is tuple:
+        inner = cattrs.cols.homogenous_tuple_structure_factory(tp, converter)
+    else:
+        inner = cattrs.cols.list_structure_factory(tp, converter)
+
+    def structure_sequence(data: Any, cls: Any) -> Any:
+        # cattrs would iterate any iterable: a string would become a list of characters.
+        if not isinstance(data, list | tuple):
+            msg = f"expected a list, got {type(data).__name__}"
+            raise _PayloadError(msg)
+        return inner(data, cls)
+
+    return structure_sequence
+
+
+# Predicate hooks: the JSON preconf's union passthrough would otherwise win over
+# hooks registered by type (later function hooks take precedence).
+converter.register_structure_hook_factory(_is_sequence, _sequence_factory)
 converter.register_structure_hook_func(_is_plain_json_union, _structure_plain_union)
+converter.register_structure_hook_func(_is_optional_literal, _structure_optional_literal)
+converter.register_structure_hook_func(lambda t: t == ContentBlock, _structure_block)
+converter.register_structure_hook_func(lambda t: t == str | list[ContentBlock], _structure_content)
 for _block_cls in BLOCK_TYPES.values():
     converter.register_unstructure_hook(_block_cls, _unstructure_block(_block_cls))
 converter.register_unstructure_hook(ContentBlock, lambda b: converter.unstructure(b, type(b)))
@@ -118,11 +162,11 @@ converter.register_unstructure_hook(ContentBlock, lambda b: converter.unstructur
 def _describe(exc: BaseException, expected: Any) -> str:
     if isinstance(exc, _PayloadError):
         return str(exc)
+    if isinstance(exc, KeyError):
+        return "required field missing"
     if typing.get_origin(expected) is typing.Literal:
         choices = ", ".join(repr(a) for a in get_args(expected))
         return f"must be one of {choices}"
-    if isinstance(exc, KeyError):
-        return "required field missing"
     if isinstance(exc, ValueError) and str(exc):
         return str(exc)
     name = getattr(expected, "__name__", None) or str(expected)
