@@ -47,7 +47,16 @@ from ._http import (
 )
 from ._sse import SSEEvent
 
-__all__ = ("AnthropicProvider", "mount", "DEFAULT_BASE_URL", "DEFAULT_MODEL", "API_VERSION")
+__all__ = (
+    "AnthropicProvider",
+    "mount",
+    "to_wire_messages",
+    "parse_message",
+    "parse_usage",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MODEL",
+    "API_VERSION",
+)
 
 logger = logging.getLogger(__name__)
 

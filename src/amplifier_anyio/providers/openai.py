@@ -49,7 +49,15 @@ from ._http import (
 )
 from ._sse import SSEEvent
 
-__all__ = ("OpenAIChatProvider", "mount", "DEFAULT_BASE_URL", "DEFAULT_MODEL")
+__all__ = (
+    "OpenAIChatProvider",
+    "mount",
+    "to_wire_messages",
+    "parse_completion",
+    "parse_usage",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MODEL",
+)
 
 logger = logging.getLogger(__name__)
 
