@@ -1,0 +1,226 @@
+"""PersistentContextManager: the file format, atomic rewrites, loading, repair, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from amplifier_anyio.contexts import (
+    ContextFileError,
+    PersistentContextManager,
+    close_interrupted_tool_calls,
+    interrupted_result,
+    is_compaction_notice,
+)
+from amplifier_anyio.contexts.persistent import CONTEXT_MESSAGES_FILENAME, mount
+from amplifier_anyio.errors import ConfigError
+from amplifier_anyio.testing import MockCoordinator
+
+pytestmark = pytest.mark.anyio
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+
+
+def names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def write_raw(path: Path, text: str | bytes) -> None:
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+
+
+USER = {"role": "user", "content": "héllo"}
+CALLS = {
+    "role": "assistant",
+    "content": "",
+    "tool_calls": [
+        {"id": "c1", "name": "read", "arguments": {}},
+        {"id": "c2", "name": "grep", "arguments": {}},
+        {"id": "c3", "name": "ls", "arguments": {}},
+    ],
+}
+
+
+async def test_each_message_is_one_json_line_and_a_new_manager_resumes_it(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "ctx.jsonl"
+    manager = PersistentContextManager(path)
+    await manager.add_message({"role": "system", "content": "sys"})
+    await manager.add_message(USER)
+    assert lines(path) == [{"role": "system", "content": "sys"}, USER]
+    assert "héllo" in path.read_text("utf-8")  # not \u-escaped
+
+    resumed = PersistentContextManager(path)
+    assert await resumed.get_messages() == [{"role": "system", "content": "sys"}, USER]
+    assert resumed.loaded_from_file
+    await resumed.add_message({"role": "assistant", "content": "hi"})
+    assert len(lines(path)) == 3
+
+
+async def test_set_messages_is_ignored_after_loading_from_the_own_file(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.jsonl"
+    first = PersistentContextManager(path)
+    await first.add_message({"role": "system", "content": "sys"})
+    await first.add_message(USER)
+
+    resumed = PersistentContextManager(path)
+    await resumed.load()
+    await resumed.set_messages([USER])  # a host's filtered transcript, without the system
+    assert [m["role"] for m in await resumed.get_messages()] == ["system", "user"]
+    assert len(lines(path)) == 2
+
+
+async def test_set_messages_on_a_fresh_file_replaces_atomically(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.jsonl"
+    manager = PersistentContextManager(path)
+    await manager.set_messages([USER, {"role": "assistant", "content": "a"}])
+    await manager.set_messages([{"role": "user", "content": "again"}])  # still not loaded-from-file
+    assert lines(path) == [{"role": "user", "content": "again"}]
+    assert names(tmp_path) == ["ctx.jsonl"]  # no temp file left
+    assert not manager.loaded_from_file
+
+
+async def test_an_empty_existing_file_is_not_a_resume(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.jsonl"
+    write_raw(path, "")
+    manager = PersistentContextManager(path)
+    await manager.set_messages([USER])
+    assert lines(path) == [USER]
+
+
+async def test_clear_empties_file_and_history_and_ends_the_resume_rule(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.jsonl"
+    await PersistentContextManager(path).add_message(USER)
+    manager = PersistentContextManager(path)
+    await manager.clear()
+    assert path.read_bytes() == b""
+    assert await manager.get_messages() == []
+    await manager.set_messages([{"role": "user", "content": "new"}])
+    assert lines(path) == [{"role": "user", "content": "new"}]
+
+
+async def test_a_torn_last_line_is_dropped_and_the_file_repaired(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.jsonl"
+    write_raw(path, json.dumps(USER) + "\n" + '{"role": "assistant", "cont')
+    manager = PersistentContextManager(path)
+    assert await manager.get_messages() == [USER]
+    await manager.add_message({"role": "assistant", "content": "whole"})
+    assert lines(path) == [USER, {"role": "assistant", "content": "whole"}]
+
+
+async def test_a_last_line_that_only_lost_its_newline_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.jsonl"
+    write_raw(path, json.dumps(USER) + "\n" + json.dumps({"role": "assistant", "content": "x"}))
+    manager = PersistentContextManager(path)
+    await manager.add_message({"role": "user", "content": "next"})
+    assert [m["content"] for m in lines(path)] == ["héllo", "x", "next"]
+
+
+async def test_a_torn_multibyte_character_on_the_last_line_is_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.jsonl"
+    whole = (json.dumps({"role": "user", "content": "é"}, ensure_ascii=False)).encode()
+    write_raw(path, json.dumps(USER).encode() + b"\n" + whole[: whole.index(b"\xc3") + 1])
+    assert await PersistentContextManager(path).get_messages() == [USER]
+
+
+async def test_a_bad_line_in_the_middle_is_an_error_naming_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.jsonl"
+    write_raw(path, json.dumps(USER) + "\n" + "not json\n" + json.dumps(USER) + "\n")
+    manager = PersistentContextManager(path)
+    with pytest.raises(ContextFileError, match=r"ctx\.jsonl:2: not a JSON message") as info:
+        await manager.load()
+    assert info.value.line == 2
+    assert isinstance(info.value, ValueError)
+    write_raw(path, json.dumps(USER) + "\n[1, 2]\n" + json.dumps(USER) + "\n")
+    with pytest.raises(ContextFileError, match=":2:"):
+        await PersistentContextManager(path).get_messages()
+
+
+async def test_open_tool_calls_are_closed_after_the_existing_results(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.jsonl"
+    first = PersistentContextManager(path)
+    await first.add_message(USER)
+    await first.add_message(CALLS)
+    await first.add_message({"role": "tool", "tool_call_id": "c1", "content": "done"})
+    # the process dies here: c2 and c3 never get results
+
+    resumed = PersistentContextManager(path)
+    messages = await resumed.get_messages()
+    assert resumed.interrupted_calls_closed == 2
+    assert [m.get("tool_call_id") for m in messages[2:]] == ["c1", "c2", "c3"]
+    assert messages[3] == interrupted_result("c2", "grep")
+    assert json.loads(messages[3]["content"]) == {
+        "error": "Tool execution was interrupted",
+        "interrupted": True,
+        "tool": "grep",
+    }
+    assert lines(path) == messages  # the repair is on disk, so it happens once
+    assert PersistentContextManager(path).interrupted_calls_closed == 0
+
+
+def test_closing_leaves_complete_histories_alone_and_inserts_mid_history() -> None:
+    complete = [USER, {**CALLS, "tool_calls": CALLS["tool_calls"][:1]}]
+    complete.append({"role": "tool", "tool_call_id": "c1", "content": "ok"})
+    assert close_interrupted_tool_calls(complete) == (complete, 0)
+    history = [USER, CALLS, {"role": "user", "content": "are you there?"}]
+    repaired, count = close_interrupted_tool_calls(history)
+    assert count == 3
+    assert [m["role"] for m in repaired] == ["user", "assistant", "tool", "tool", "tool", "user"]
+    assert len(history) == 3  # not changed
+
+
+def test_content_block_calls_are_closed_too() -> None:
+    history = [{"role": "assistant", "content": [{"type": "tool_call", "id": "b", "name": "f"}]}]
+    repaired, count = close_interrupted_tool_calls(history)
+    assert count == 1
+    assert repaired[1]["tool_call_id"] == "b"
+
+
+async def test_the_view_compacts_like_context_simple(tmp_path: Path) -> None:
+    manager = PersistentContextManager(tmp_path / "ctx.jsonl", max_tokens=1000)
+    await manager.add_message({"role": "user", "content": "first"})
+    for i in range(80):
+        await manager.add_message({"role": "user", "content": f"message {i} " + "x" * 40})
+    view = await manager.get_messages_for_request()
+    assert view[0]["content"] == "first"
+    assert any(is_compaction_notice(m) for m in view)
+    assert view[-1]["content"].startswith("message 79 ")
+    assert len(await manager.get_messages()) == 81
+
+
+async def test_mount_loads_and_mounts(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.jsonl"
+    await PersistentContextManager(path).add_message(USER)
+    coordinator = MockCoordinator()
+    assert await mount(coordinator, {"transcript_path": str(path), "max_tokens": 999}) is None
+    manager = coordinator.get("context")
+    assert isinstance(manager, PersistentContextManager)
+    assert manager.loaded_from_file
+    assert manager.max_tokens == 999
+
+
+async def test_mount_defaults_to_the_session_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    coordinator = MockCoordinator(session_id="s-123")
+    await mount(coordinator, {})
+    manager = coordinator.get("context")
+    assert manager.path.name == CONTEXT_MESSAGES_FILENAME
+    assert manager.path.parent.name == "s-123"
+    assert manager.path.is_relative_to(tmp_path / ".amplifier" / "projects")
+
+
+async def test_mount_without_path_or_session_is_a_config_error() -> None:
+    class Bare:
+        hooks = None
+
+        async def mount(self, point: str, module: Any) -> None:
+            raise AssertionError("must not mount")
+
+    with pytest.raises(ConfigError, match="path"):
+        await mount(Bare(), {})
