@@ -85,8 +85,8 @@ def _load_plan(plan: Path | None) -> MountPlan:
         raise _fail(str(exc)) from None
 
 
-@app.command()
-def run(
+@app.command("run")
+def _run_command(
     prompt: Annotated[str, typer.Argument(help="What to ask the agent.")],
     plan: Annotated[
         Path | None,
@@ -142,8 +142,8 @@ def _print_events(session: AmplifierSession) -> None:
         session.coordinator.hooks.register(event, show, priority=1_000_000, name="cli-events")
 
 
-@app.command()
-def validate(
+@app.command("validate")
+def _validate_command(
     path: Annotated[Path, typer.Argument(help="A plan file or a module directory.")],
 ) -> None:
     """Check a plan (every module id resolvable) or a module directory (importable mount)."""

@@ -9,6 +9,7 @@ from .converter import converter, structure, unstructure
 from .info import ModelInfo, ModuleInfo, ModuleType, ProviderInfo
 from .messages import (
     BLOCK_TYPES,
+    INVALID_ARGUMENTS_KEY,
     ChatRequest,
     ChatResponse,
     ContentBlock,
@@ -44,6 +45,7 @@ __all__ = (
     "Role",
     "Message",
     "ToolCall",
+    "INVALID_ARGUMENTS_KEY",
     "ToolSpec",
     "Usage",
     "ChatRequest",

@@ -78,15 +78,20 @@ def _is_plain_json_union(tp: Any) -> bool:
     return all(_is_plain(a) for a in get_args(tp))
 
 
-def _structure_plain_union(data: Any, tp: Any) -> Any:
+def _plain_union_factory(tp: Any) -> Callable[[Any, Any], Any]:
     kinds = tuple((typing.get_origin(a) or a) for a in get_args(tp))
-    if float in kinds and isinstance(data, int) and not isinstance(data, bool):
-        return float(data)
-    if isinstance(data, kinds) and not (isinstance(data, bool) and bool not in kinds):
-        return data
     names = " | ".join(k.__name__ for k in kinds)
-    msg = f"expected {names}, got {type(data).__name__}"
-    raise _PayloadError(msg)
+    takes_float, takes_bool = float in kinds, bool in kinds
+
+    def structure_plain_union(data: Any, _cls: Any) -> Any:
+        if takes_float and isinstance(data, int) and not isinstance(data, bool):
+            return float(data)
+        if isinstance(data, kinds) and (takes_bool or not isinstance(data, bool)):
+            return data
+        msg = f"expected {names}, got {type(data).__name__}"
+        raise _PayloadError(msg)
+
+    return structure_plain_union
 
 
 def _strict(kind: type, *also: type) -> Callable[[Any, Any], Any]:
@@ -150,7 +155,7 @@ def _sequence_factory(tp: Any) -> Callable[[Any, Any], Any]:
 # Predicate hooks: the JSON preconf's union passthrough would otherwise win over
 # hooks registered by type (later function hooks take precedence).
 converter.register_structure_hook_factory(_is_sequence, _sequence_factory)
-converter.register_structure_hook_func(_is_plain_json_union, _structure_plain_union)
+converter.register_structure_hook_factory(_is_plain_json_union, _plain_union_factory)
 converter.register_structure_hook_func(_is_optional_literal, _structure_optional_literal)
 converter.register_structure_hook_func(lambda t: t == ContentBlock, _structure_block)
 converter.register_structure_hook_func(lambda t: t == str | list[ContentBlock], _structure_content)

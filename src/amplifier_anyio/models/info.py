@@ -16,6 +16,9 @@ _MODULE_TYPES = ("orchestrator", "provider", "tool", "context", "hook", "resolve
 
 
 def _strings(values: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(values, str):  # tuple("KEY") would quietly give ('K', 'E', 'Y')
+        msg = f"expected a list of strings, not the string {values!r}"
+        raise TypeError(msg)
     return tuple(values)
 
 

@@ -27,6 +27,7 @@ __all__ = (
     "BLOCK_TYPES",
     "Message",
     "ToolCall",
+    "INVALID_ARGUMENTS_KEY",
     "ToolSpec",
     "Usage",
     "ChatRequest",
@@ -135,6 +136,15 @@ BLOCK_TYPES: dict[str, type[ContentBlock]] = {
     )
 }
 """The content block classes by their ``type`` tag."""
+
+
+INVALID_ARGUMENTS_KEY = "__invalid_arguments__"
+"""Marker key of a tool call whose arguments were not a JSON object.
+
+Providers set ``arguments={INVALID_ARGUMENTS_KEY: {"raw": <text>, "error": <why>}}`` so one
+bad call never fails the whole response; the tool batch answers it with an error result
+instead of running the tool.
+"""
 
 
 @attrs.frozen(kw_only=True)

@@ -88,7 +88,7 @@ class LoopBasicConfig:
             config.pop(key)
         try:
             parsed = structure(config, cls)
-            batch_config(parsed)
+            _batch_config(parsed)
         except ValidationError as exc:
             raise ConfigError("; ".join(exc.errors)) from exc
         except ValueError as exc:
@@ -96,7 +96,7 @@ class LoopBasicConfig:
         return parsed
 
 
-def batch_config(config: LoopBasicConfig) -> ToolBatchConfig:
+def _batch_config(config: LoopBasicConfig) -> ToolBatchConfig:
     """The tool-batch settings of an orchestrator config."""
     return ToolBatchConfig(
         parallel=config.parallel_tools,
@@ -255,7 +255,7 @@ class _Turn:
                 tools=self.tools,
                 hooks=self.hooks,
                 coordinator=self.coordinator,
-                config=batch_config(self.config),
+                config=_batch_config(self.config),
             )
             await batch.run(self.context, assistant_message(response, calls))
             self.injections.extend(batch.pending_injections)

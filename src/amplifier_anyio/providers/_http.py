@@ -47,6 +47,7 @@ from ..errors import (
 )
 from ..events import PROVIDER_RETRY
 from ..models import ToolCall
+from ..models.messages import INVALID_ARGUMENTS_KEY
 from ._sse import SSEDecoder, SSEEvent
 
 __all__ = (
@@ -68,13 +69,6 @@ logger = logging.getLogger(__name__)
 
 RETRYABLE_STATUS_CODES: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 """Statuses worth repeating; any other 5xx is retried too (see :func:`error_from_status`)."""
-
-INVALID_ARGUMENTS_KEY: Final = "__invalid_arguments__"
-"""Marker key of a tool call whose arguments were not a JSON object.
-
-Its value is ``{"raw": <the text the model sent>, "error": <why it failed>}``; the
-orchestrator turns such a call into an error result instead of running the tool.
-"""
 
 _DRAIN_TIMEOUT: Final = 2.0  # a server should end the body right after its last event
 _CLOSE_TIMEOUT: Final = 5.0  # httpx aclose can hang on half-closed sockets; never wait longer
