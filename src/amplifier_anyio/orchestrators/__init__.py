@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from .loop_basic import LoopBasicConfig, LoopBasicOrchestrator
+from .loop_streaming import LoopStreamingOrchestrator
 
-__all__ = ("LoopBasicOrchestrator", "LoopBasicConfig")
+__all__ = ("LoopBasicOrchestrator", "LoopStreamingOrchestrator", "LoopBasicConfig")

@@ -17,9 +17,12 @@ from typing import Any
 import anyio
 import attrs
 
-from ..errors import ConfigError, ValidationError
+from ..errors import ConfigError, StreamError, ValidationError
 from ..events import (
     CANCEL_COMPLETED,
+    CONTENT_BLOCK_DELTA,
+    CONTENT_BLOCK_END,
+    CONTENT_BLOCK_START,
     EXECUTION_END,
     EXECUTION_START,
     ORCHESTRATOR_COMPLETE,
@@ -28,11 +31,12 @@ from ..events import (
     PROVIDER_ERROR,
     PROVIDER_REQUEST,
     PROVIDER_RESPONSE,
+    THINKING_DELTA,
 )
 from ..kernel.cancellation import CancellationToken
 from ..kernel.tracing import trace_scope
 from ..kernel.turns import TurnResult, TurnStatus
-from ..models import ChatResponse, HookResult, Usage, structure, unstructure
+from ..models import ChatRequest, ChatResponse, HookResult, Usage, structure, unstructure
 from ..runtime.tool_batch import ToolBatch, ToolBatchConfig
 from ..runtime.turn import (
     LOOP_LIMIT_REMINDER,
@@ -49,6 +53,9 @@ __all__ = ("LoopBasicConfig", "LoopBasicOrchestrator", "mount")
 logger = logging.getLogger(__name__)
 
 _FINISH_TIMEOUT = 30.0  # seconds the shielded terminal events may take
+_STREAM_EVENTS = frozenset(
+    {CONTENT_BLOCK_START, CONTENT_BLOCK_DELTA, CONTENT_BLOCK_END, THINKING_DELTA}
+)
 _EXECUTION_STATUS = {
     TurnStatus.SUCCESS: "completed",
     TurnStatus.INCOMPLETE: "incomplete",
@@ -114,6 +121,7 @@ class LoopBasicOrchestrator:
     """
 
     name = "loop-basic"
+    streaming = False
 
     def __init__(self, config: LoopBasicConfig | dict[str, Any] | None = None) -> None:
         if not isinstance(config, LoopBasicConfig):
@@ -163,6 +171,8 @@ class LoopBasicOrchestrator:
             hooks=hooks,
             coordinator=coordinator,
             token=coordinator.cancellation if coordinator is not None else self._own_token,
+            orchestrator_name=self.name,
+            streaming=self.streaming,
         )
         if coordinator is not None:
             coordinator.reset_turn()
@@ -199,6 +209,8 @@ class _Turn:
     error: BaseException | None = None
     injections: list[dict[str, Any]] = attrs.field(factory=list)
     provider_name: str = ""
+    orchestrator_name: str = "loop-basic"
+    streaming: bool = False
 
     def result(self) -> TurnResult:
         return TurnResult(
@@ -285,7 +297,7 @@ class _Turn:
         kwargs = {"extended_thinking": True} if self.config.extended_thinking else {}
         self.iterations += 1
         try:
-            response: ChatResponse = await provider.complete(request, **kwargs)
+            response = await self._complete(provider, request, kwargs)
         except Exception as exc:
             await self.hooks.emit(PROVIDER_ERROR, error_payload(self.provider_name, exc))
             raise
@@ -300,6 +312,30 @@ class _Turn:
             },
         )
         return response
+
+    async def _complete(
+        self, provider: Any, request: ChatRequest, kwargs: dict[str, Any]
+    ) -> ChatResponse:
+        stream = getattr(provider, "stream", None) if self.streaming else None
+        if stream is None:
+            response: ChatResponse = await provider.complete(request, **kwargs)
+            return response
+        return await self._consume(stream(request, **kwargs))
+
+    async def _consume(self, stream: Any) -> ChatResponse:
+        """Relay a provider stream as events; leaving the block closes the connection."""
+        final: ChatResponse | None = None
+        async with stream as events:
+            async for event in events:
+                kind = event.get("type")
+                if kind == "response":
+                    final = event["response"]
+                elif kind in _STREAM_EVENTS:
+                    await self.hooks.emit(kind, _stream_payload(self.provider_name, event))
+        if final is None:
+            msg = "the stream ended without a response"
+            raise StreamError(msg, provider=self.provider_name)
+        return final
 
     async def _answer(self, response: ChatResponse) -> None:
         if response.content:
@@ -321,7 +357,7 @@ class _Turn:
         result: HookResult = await self.hooks.emit(event, data)
         if self.coordinator is not None:
             processed: HookResult = await self.coordinator.process_hook_result(
-                result, event, "loop-basic"
+                result, event, self.orchestrator_name
             )
             return processed
         is_injection = result.action == "inject_context" and result.context_injection
@@ -356,7 +392,7 @@ class _Turn:
                 await self.hooks.emit(
                     CANCEL_COMPLETED,
                     {
-                        "orchestrator": "loop-basic",
+                        "orchestrator": self.orchestrator_name,
                         "was_immediate": self.token.is_immediate,
                         "turn_count": self.iterations,
                     },
@@ -368,7 +404,7 @@ class _Turn:
             await self.hooks.emit(
                 ORCHESTRATOR_COMPLETE,
                 {
-                    "orchestrator": "loop-basic",
+                    "orchestrator": self.orchestrator_name,
                     "turn_count": self.iterations,
                     "status": str(self.status),
                 },
@@ -377,6 +413,13 @@ class _Turn:
                 EXECUTION_END,
                 {"response": self.text, "status": _EXECUTION_STATUS[self.status]},
             )
+
+
+def _stream_payload(provider: str, event: dict[str, Any]) -> dict[str, Any]:
+    payload = {k: v for k, v in event.items() if k != "type"}
+    if "block" in payload and not isinstance(payload["block"], dict):
+        payload["block"] = unstructure(payload["block"])
+    return {"provider": provider, **payload}
 
 
 async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> None:
