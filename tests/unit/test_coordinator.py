@@ -438,10 +438,12 @@ async def test_request_cancel_immediate_cancels_a_bound_turn() -> None:
             reached.append("never")
         reached.append(f"turn ended, cancelled={scope.cancelled_caught}")
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(turn)
-        await bound.wait()
-        await coordinator.request_cancel(immediate=True)
+    # fail_after only turns a regression into a failure instead of a hang.
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(turn)
+            await bound.wait()
+            await coordinator.request_cancel(immediate=True)
 
     assert reached == ["turn ended, cancelled=True"]
 
@@ -477,7 +479,11 @@ async def test_request_cancel_nowait_immediate_cancels_a_bound_turn_at_once() ->
     coordinator = make_coordinator()
     reached: list[str] = []
 
-    with anyio.CancelScope() as scope, coordinator.cancellation.bind_scope(scope):
+    with (
+        anyio.fail_after(10),
+        anyio.CancelScope() as scope,
+        coordinator.cancellation.bind_scope(scope),
+    ):
         assert coordinator.request_cancel_nowait(immediate=True) is True
         await anyio.sleep_forever()
         reached.append("never")
