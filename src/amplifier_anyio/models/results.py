@@ -92,7 +92,7 @@ class ContextInjection:
     event: str = ""
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, slots=False)
 class HookResult:
     """What a hook handler answers.
 
@@ -122,3 +122,20 @@ class HookResult:
     user_message_source: str | None = None
     append_to_last_tool_result: bool = False
     priority: int = 0
+
+
+# Every emit returns a HookResult, so building one is on the hot path of every event. The
+# registry's own results ("continue" / "modify" with data) are known to be valid: they are
+# built by copying a validated template's attribute dict (the class is not slotted for
+# this), skipping a validated __init__ that costs more than the rest of an emit.
+_TEMPLATE = HookResult()
+
+
+def fast_result(action: Literal["continue", "modify"], data: dict[str, Any]) -> HookResult:
+    """A ``continue``/``modify`` HookResult carrying ``data``, built without validation."""
+    result = object.__new__(HookResult)
+    fields = result.__dict__
+    fields.update(_TEMPLATE.__dict__)
+    fields["action"] = action
+    fields["data"] = data
+    return result
