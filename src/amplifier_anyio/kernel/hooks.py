@@ -24,7 +24,7 @@ import anyio
 import attrs
 
 from ..models import HookResult
-from ..models.results import fast_result
+from ..models.results import _trusted_result as trusted_result
 from .tracing import current_trace_id
 
 __all__ = ("HookRegistry", "Handler", "HookRegistryStatistics")
@@ -120,7 +120,7 @@ class HookRegistry:
         self._emits += 1
         entries = self._handlers.get(event)
         if not entries:
-            return fast_result("continue", dict(data))
+            return trusted_result("continue", dict(data))
         current = self._stamp(data)
         reducer = _Reduction(current)
         for entry in tuple(entries):
@@ -206,7 +206,7 @@ class _Reduction:
         if self.injections:
             merged = self._merged_injection()
             return attrs.evolve(merged, data=self.data) if self.modified else merged
-        return fast_result("modify" if self.modified else "continue", self.data)
+        return trusted_result("modify" if self.modified else "continue", self.data)
 
     def _merged_injection(self) -> HookResult:
         if len(self.injections) == 1:

@@ -131,7 +131,7 @@ class HookResult:
 _TEMPLATE = HookResult()
 
 
-def fast_result(action: Literal["continue", "modify"], data: dict[str, Any]) -> HookResult:
+def _trusted_result(action: Literal["continue", "modify"], data: dict[str, Any]) -> HookResult:
     """A ``continue``/``modify`` HookResult carrying ``data``, built without validation."""
     result = object.__new__(HookResult)
     fields = result.__dict__
