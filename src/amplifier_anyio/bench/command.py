@@ -1,0 +1,88 @@
+"""``amplifier-anyio bench`` and ``python -m benchmarks``: one code path for both."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..errors import ConfigError
+from .config import BenchConfig, backend_problem
+from .report import plotting_problem, render_tables, write_json, write_plot
+from .runner import run_benchmarks, runnable_backends
+from .suites import count_steps
+
+__all__ = ("make_config", "run_command")
+
+
+def make_config(
+    *,
+    quick: bool = False,
+    backends: Sequence[str] | None = None,
+    suites: Sequence[str] | None = None,
+    sizes: Sequence[int] | None = None,
+    repeats: int | None = None,
+) -> BenchConfig:
+    """The run's config: the full or quick preset with the user's choices on top.
+
+    A backend asked for by name must be installed; by default the missing ones are
+    skipped (and named in the report).
+    """
+    changes: dict[str, Any] = {}
+    if backends:
+        for name in backends:
+            problem = backend_problem(name) if isinstance(name, str) else None
+            if problem is not None:
+                raise ConfigError(f"--backend {name}: {problem}")
+        changes["backends"] = tuple(backends)
+    if suites:
+        changes["suites"] = tuple(suites)
+    if sizes:
+        changes["sizes"] = tuple(sizes)
+    if repeats is not None:
+        changes["repeats"] = repeats
+    return BenchConfig.quick_run(**changes) if quick else BenchConfig.full(**changes)
+
+
+def run_command(
+    config: BenchConfig,
+    *,
+    out: Console,
+    err: Console,
+    json_path: Path | None = None,
+    plot_path: Path | None = None,
+    markdown: bool = False,
+) -> dict[str, Any]:
+    """Run with a progress bar on ``err``, print the tables on ``out``, write the files."""
+    if plot_path is not None and (problem := plotting_problem()) is not None:
+        raise ConfigError(problem)  # before minutes of measuring, not after
+    backends, _ = runnable_backends(config)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        auto_refresh=False,  # no refresh thread competing with the timed runs
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task("benchmarking", total=count_steps(config, len(backends)))
+
+        def step(description: str) -> None:
+            progress.update(task, advance=1, description=description)
+            progress.refresh()
+
+        progress.refresh()
+        report = run_benchmarks(config, step)
+    render_tables(report, out, markdown=markdown)
+    if json_path is not None:
+        write_json(report, json_path)
+        err.print(f"wrote {json_path}", highlight=False)
+    if plot_path is not None:
+        write_plot(report, plot_path)
+        err.print(f"wrote {plot_path}", highlight=False)
+    return report

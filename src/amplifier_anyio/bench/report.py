@@ -1,0 +1,217 @@
+"""A run's report as rich tables, as a JSON file and as an optional PNG plot."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import ConfigError
+
+__all__ = ("render_tables", "write_json", "write_plot", "plotting_problem")
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else _num(seconds * 1000)
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "-"
+    size = abs(value)
+    if size >= 100:
+        return f"{value:,.0f}"
+    if size >= 10:
+        return f"{value:.1f}"
+    if size >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def _table(title: str, columns: list[str], markdown: bool) -> Table:
+    table = Table(title=title, box=box.MARKDOWN if markdown else box.SIMPLE_HEAVY)
+    for index, column in enumerate(columns):
+        table.add_column(column, justify="left" if index == 0 else "right")
+    return table
+
+
+def _fanout_table(report: dict[str, Any], markdown: bool) -> Table:
+    table = _table(
+        "Fan-out through the full loop (median ms; ratio = ours / task-group floor)",
+        [
+            "backend", "N", "D ms", "K", "floor", "gather", "ours", "ours min",
+            "ratio", "vs gather", "µs/call", "B/call ours", "B/call floor",
+        ],
+        markdown,
+    )  # fmt: skip
+    for case in report["fanout"]:
+        gather, memory = case["gather"], case["memory"] or {}
+        table.add_row(
+            case["backend"],
+            f"{case['n']:,}",
+            f"{case['delay_ms']:g}",
+            str(case["hooks"]),
+            _ms(case["floor"]["median_s"]),
+            _ms(gather["median_s"]) if gather else "-",
+            _ms(case["ours"]["median_s"]),
+            _ms(case["ours"]["min_s"]),
+            f"{case['ratio']:.2f}",
+            f"{case['ratio_gather']:.2f}" if case["ratio_gather"] is not None else "-",
+            _num(case["overhead_us_per_call"]),
+            _num(memory.get("ours_bytes_per_call")),
+            _num(memory.get("floor_bytes_per_call")),
+        )
+    return table
+
+
+def _emit_table(report: dict[str, Any], markdown: bool) -> Table:
+    table = _table(
+        "HookRegistry.emit (no-op async handlers)",
+        ["backend", "handlers", "ns/emit", "ns/emit min", "ns/handler"],
+        markdown,
+    )
+    for case in report["emit"]:
+        table.add_row(
+            case["backend"],
+            str(case["handlers"]),
+            _num(case["ns_per_emit"]),
+            _num(case["ns_per_emit_min"]),
+            _num(case["ns_per_handler"]),
+        )
+    return table
+
+
+def _batch_table(report: dict[str, Any], markdown: bool) -> Table:
+    table = _table(
+        "ToolBatch.run, zero-delay tool, no hooks (median ms)",
+        ["backend", "N", "floor", "batch", "ratio", "µs/call"],
+        markdown,
+    )
+    for case in report["batch"]:
+        table.add_row(
+            case["backend"],
+            f"{case['n']:,}",
+            _ms(case["floor"]["median_s"]),
+            _ms(case["ours"]["median_s"]),
+            f"{case['ratio']:.2f}",
+            _num(case["overhead_us_per_call"]),
+        )
+    return table
+
+
+def _compaction_table(report: dict[str, Any], markdown: bool) -> Table:
+    compaction = report["compaction"]
+    exponents = compaction["scaling_exponent"]
+    slope = ", ".join(f"{key} {value:.2f}" for key, value in exponents.items() if value is not None)
+    table = _table(
+        f"Compaction to half the history (median ms; time ~ size^k: {slope or '-'})",
+        ["messages", "compact", "µs/msg", "request view", "µs/msg", "kept"],
+        markdown,
+    )
+    for case in compaction["cases"]:
+        table.add_row(
+            f"{case['messages']:,}",
+            _ms(case["compact"]["median_s"]),
+            _num(case["compact_us_per_message"]),
+            _ms(case["request_view"]["median_s"]),
+            _num(case["request_view_us_per_message"]),
+            f"{case['kept_by_request_view']:,}",
+        )
+    return table
+
+
+def _targets_table(report: dict[str, Any], markdown: bool) -> Table:
+    table = _table("Targets", ["target", "backend", "measured", "under", "met"], markdown)
+    for target in report["targets"]:
+        met = {True: "met", False: "MISSED", None: "not measured"}[target["met"]]
+        measured = target["measured"]
+        table.add_row(
+            target["label"],
+            target["backend"],
+            "-" if measured is None else f"{_num(measured)} {target['unit']}",
+            f"{target['threshold']:g} {target['unit']}",
+            met,
+        )
+    return table
+
+
+def render_tables(report: dict[str, Any], console: Console, *, markdown: bool = False) -> None:
+    """Print every table the report has data for (Markdown tables when ``markdown``)."""
+    tables = []
+    if report["fanout"]:
+        tables.append(_fanout_table(report, markdown))
+    if report["emit"]:
+        tables.append(_emit_table(report, markdown))
+    if report["batch"]:
+        tables.append(_batch_table(report, markdown))
+    if report["compaction"]:
+        tables.append(_compaction_table(report, markdown))
+    tables.append(_targets_table(report, markdown))
+    for table in tables:
+        console.print(table)
+        if markdown:
+            console.print()
+    if report["skipped_backends"]:
+        for name, reason in report["skipped_backends"].items():
+            console.print(f"skipped backend {name}: {reason}", highlight=False)
+
+
+def write_json(report: dict[str, Any], path: Path) -> None:
+    """Write the report; a NaN or infinity is refused rather than written."""
+    Path(path).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def plotting_problem() -> str | None:
+    """Why ``--plot`` cannot work here (matplotlib missing), or None."""
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
+        return "--plot needs matplotlib: pip install 'amplifier-anyio[plot]'"
+    return None
+
+
+def write_plot(report: dict[str, Any], path: Path) -> None:
+    """Overhead per call over the floor against N (log x), one panel per delay."""
+    problem = plotting_problem()
+    if problem is not None:
+        raise ConfigError(problem)
+    matplotlib = importlib.import_module("matplotlib")
+    matplotlib.use("Agg")
+    plt = importlib.import_module("matplotlib.pyplot")
+    cases = report["fanout"]
+    delays = sorted({c["delay_ms"] for c in cases}) or [0.0]
+    figure, axes = plt.subplots(1, len(delays), figsize=(6.5 * len(delays), 4.8), squeeze=False)
+    for axis, delay in zip(axes[0], delays, strict=True):
+        _plot_panel(axis, [c for c in cases if c["delay_ms"] == delay], delay)
+    figure.suptitle("amplifier-anyio: full-loop fan-out overhead over a bare task group")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def _plot_panel(axis: Any, cases: list[dict[str, Any]], delay: float) -> None:
+    series = sorted({(c["backend"], c["hooks"]) for c in cases})
+    for backend, hooks in series:
+        points = sorted(
+            (c["n"], c["overhead_us_per_call"])
+            for c in cases
+            if (c["backend"], c["hooks"]) == (backend, hooks)
+        )
+        axis.plot(
+            [n for n, _ in points],
+            [value for _, value in points],
+            marker="o",
+            linestyle="-" if hooks == 0 else "--",
+            label=f"{backend}, K={hooks}",
+        )
+    axis.axhline(0, color="grey", linewidth=0.6)
+    axis.set_xscale("log")
+    axis.set_xlabel("tool calls per turn (N)")
+    axis.set_ylabel("µs per call over the floor (median)")
+    axis.set_title(f"each tool sleeps {delay:g} ms")
+    axis.legend(fontsize="small")
