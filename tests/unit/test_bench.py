@@ -1,0 +1,218 @@
+"""The benchmark's report: every case beside its floors, finite ratios, honest work.
+
+The numbers themselves are never asserted (they depend on the machine); the shape of the
+report and the work each timed turn does are.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from amplifier_anyio.bench import (
+    SCHEMA,
+    TARGETS,
+    BenchConfig,
+    FanoutTurn,
+    conversation,
+    run_benchmarks,
+    taskgroup_floor,
+    write_json,
+)
+from amplifier_anyio.bench.config import BACKENDS, backend_problem
+from amplifier_anyio.cli import app
+from amplifier_anyio.errors import ConfigError
+
+pytestmark = pytest.mark.anyio
+
+TINY = BenchConfig(
+    sizes=(1, 8),
+    delays=(0.0, 0.002),
+    hook_counts=(0, 2),
+    repeats=1,
+    emit_handlers=(0, 1, 3),
+    emit_iterations=50,
+    batch_size=10,
+    compaction_sizes=(20, 200),
+)
+INSTALLED = [name for name in BACKENDS if backend_problem(name) is None]
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    return run_benchmarks(TINY)
+
+
+def _numbers(value: Any) -> list[float]:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return []
+    if isinstance(value, int | float):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [n for item in value.values() for n in _numbers(item)]
+    if isinstance(value, list):
+        return [n for item in value for n in _numbers(item)]
+    return []
+
+
+class TestReport:
+    def test_header_describes_the_run(self, report: dict[str, Any]) -> None:
+        assert report["schema"] == SCHEMA
+        assert report["backends"] == INSTALLED
+        assert set(report["skipped_backends"]) == set(BACKENDS) - set(INSTALLED)
+        environment = report["environment"]
+        for key in ("machine", "platform", "python", "cpu_count", "versions"):
+            assert environment[key], key
+        assert environment["versions"]["anyio"]
+        assert report["parameters"]["sizes"] == [1, 8]
+        assert report["parameters"]["repeats"] == 1
+        assert "gc" in report["method"]
+
+    def test_every_fanout_case_sits_beside_its_floors(self, report: dict[str, Any]) -> None:
+        cases = report["fanout"]
+        expected = {
+            (backend, n, delay * 1000, hooks)
+            for backend in INSTALLED
+            for n in TINY.sizes
+            for delay in TINY.delays
+            for hooks in TINY.hook_counts
+        }
+        assert {(c["backend"], c["n"], c["delay_ms"], c["hooks"]) for c in cases} == expected
+        for case in cases:
+            assert len(case["ours"]["samples_s"]) == len(case["floor"]["samples_s"]) == 1
+            on_asyncio = case["backend"].startswith("asyncio")
+            assert (case["gather"] is not None) == on_asyncio
+            assert (case["ratio_gather"] is not None) == on_asyncio
+            assert (case["memory"] is not None) == (case["delay_ms"] > 0)
+
+    def test_every_ratio_and_timing_is_a_finite_number(self, report: dict[str, Any]) -> None:
+        for section in ("fanout", "emit", "batch"):
+            assert report[section], section
+            for case in report[section]:
+                numbers = _numbers({k: v for k, v in case.items() if k != "backend"})
+                assert numbers
+                assert all(math.isfinite(n) for n in numbers), case
+        for case in report["fanout"]:
+            assert isinstance(case["ratio"], float)
+            assert isinstance(case["ratio_min"], float)
+        numbers = _numbers(report["compaction"])
+        assert all(math.isfinite(n) for n in numbers)
+
+    def test_emit_cost_per_handler_is_derived_from_the_empty_emit(
+        self, report: dict[str, Any]
+    ) -> None:
+        for backend in INSTALLED:
+            cases = {c["handlers"]: c for c in report["emit"] if c["backend"] == backend}
+            assert set(cases) == {0, 1, 3}
+            assert cases[0]["ns_per_handler"] is None
+            expected = (cases[3]["ns_per_emit"] - cases[0]["ns_per_emit"]) / 3
+            assert cases[3]["ns_per_handler"] == pytest.approx(expected)
+
+    def test_compaction_drops_messages_at_every_size(self, report: dict[str, Any]) -> None:
+        cases = report["compaction"]["cases"]
+        assert [c["messages"] for c in cases] == [20, 200]
+        for case in cases:
+            assert 0 < case["kept_by_compact"] < case["messages"]
+            assert 0 < case["kept_by_request_view"] < case["messages"]
+        assert set(report["compaction"]["scaling_exponent"]) == {"compact", "request_view"}
+
+    def test_every_target_is_judged_on_every_backend(self, report: dict[str, Any]) -> None:
+        targets = report["targets"]
+        assert {(t["name"], t["backend"]) for t in targets} == {
+            (target.name, backend) for target in TARGETS for backend in INSTALLED
+        }
+        by_name = {(t["name"], t["backend"]): t for t in targets}
+        for backend in INSTALLED:
+            # the tiny run has no N = 1 000 or 10 000 case: reported as not measured
+            assert by_name["fanout_ratio", backend]["measured"] is None
+            assert by_name["fanout_ratio", backend]["met"] is None
+            emit = by_name["emit_one_handler", backend]
+            assert emit["met"] == (emit["measured"] < emit["threshold"])
+            memory = by_name["memory_per_call", backend]
+            assert memory["case"] == {"n": 8, "delay_ms": 2.0, "hooks": 0}
+
+    def test_json_file_round_trips(self, report: dict[str, Any], tmp_path: Path) -> None:
+        path = tmp_path / "bench.json"
+        write_json(report, path)
+        assert json.loads(path.read_text(encoding="utf-8")) == report
+
+    def test_json_refuses_a_non_finite_number(self, tmp_path: Path) -> None:
+        with pytest.raises(ValueError, match="not JSON compliant"):
+            write_json({"ratio": math.inf}, tmp_path / "bad.json")
+
+
+class TestWorkloads:
+    async def test_fanout_turn_runs_every_call_through_the_loop(self) -> None:
+        turn = FanoutTurn(n=25, delay=0.0, hooks=2)
+        job = turn.prepare()
+        await job()
+        turn.check()  # raises unless the turn succeeded with 25 tool results
+
+    async def test_check_refuses_a_turn_that_did_not_run(self) -> None:
+        turn = FanoutTurn(n=3, delay=0.0)
+        turn.prepare()
+        with pytest.raises(RuntimeError, match="has not run"):
+            turn.check()
+
+    async def test_floor_fills_every_slot(self) -> None:
+        assert await taskgroup_floor(50, 0.0) == list(range(50))
+
+    async def test_each_prepare_gives_a_fresh_turn(self) -> None:
+        turn = FanoutTurn(n=4, delay=0.0)
+        for _ in range(2):
+            await turn.prepare()()
+            turn.check()
+
+
+class TestConfig:
+    def test_conversation_has_the_size_asked_and_answers_every_call(self) -> None:
+        for size in (1, 5, 37):
+            messages = conversation(size)
+            assert len(messages) == size
+            calls = [c["id"] for m in messages for c in m.get("tool_calls", [])]
+            answered = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+            assert calls == answered
+
+    @pytest.mark.parametrize(
+        "changes",
+        [{"repeats": 0}, {"sizes": (0,)}, {"backends": ("curio",)}, {"delays": (-1.0,)}],
+    )
+    def test_bad_parameters_are_refused(self, changes: dict[str, Any]) -> None:
+        with pytest.raises(ConfigError):
+            BenchConfig(**changes)
+
+    def test_quick_run_stays_small(self) -> None:
+        quick = BenchConfig.quick_run()
+        assert max(quick.sizes) <= 1_000
+        assert quick.repeats == 3
+
+
+class TestCommand:
+    def test_bench_writes_the_json_it_prints(self, tmp_path: Path) -> None:
+        path = tmp_path / "out.json"
+        args = ["bench", "--size", "3", "--repeats", "1"]
+        args += ["--suite", "fanout", "--backend", "asyncio", "--json", str(path)]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        data = json.loads(path.read_text(encoding="utf-8"))
+        assert {c["n"] for c in data["fanout"]} == {3}
+        assert data["backends"] == ["asyncio"]
+        assert "Fan-out through the full loop" in result.output
+
+    def test_unknown_backend_is_a_usage_error(self) -> None:
+        result = CliRunner().invoke(app, ["bench", "--backend", "curio"])
+        assert result.exit_code == 2
+        assert "backends" in result.output
+
+    def test_plot_is_drawn(self, tmp_path: Path) -> None:
+        pytest.importorskip("matplotlib")
+        path = tmp_path / "fanout.png"
+        args = ["bench", "--size", "2", "--repeats", "1", "--suite", "fanout"]
+        result = CliRunner().invoke(app, [*args, "--backend", "asyncio", "--plot", str(path)])
+        assert result.exit_code == 0, result.output
+        assert path.read_bytes().startswith(b"\x89PNG")
