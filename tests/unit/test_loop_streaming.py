@@ -50,7 +50,7 @@ pytestmark = pytest.mark.anyio
 STREAM_EVENTS = (CONTENT_BLOCK_START, CONTENT_BLOCK_DELTA, CONTENT_BLOCK_END, THINKING_DELTA)
 ADDED_BY_REGISTRY = ("timestamp", "trace_id", "session_id", "parent_id")
 HANG = {"type": "__hang__"}
-"""A script item: the stream blocks here until it is cancelled."""
+"""A script item: the stream blocks here until the provider's ``release`` is set."""
 
 
 @pytest.fixture
@@ -64,9 +64,12 @@ def anyio_backend(virtual_backend: tuple[str, dict[str, object]]) -> tuple[str, 
 class Events:
     """The iterator a stream yields (a class, not a generator: nothing is left to the GC)."""
 
-    def __init__(self, items: list[dict[str, Any]], hanging: anyio.Event) -> None:
+    def __init__(
+        self, items: list[dict[str, Any]], hanging: anyio.Event, release: anyio.Event
+    ) -> None:
         self.items = list(items)
         self.hanging = hanging
+        self.release = release
 
     def __aiter__(self) -> Events:
         return self
@@ -78,7 +81,8 @@ class Events:
         item = self.items.pop(0)
         if item is HANG:
             self.hanging.set()
-            await anyio.sleep_forever()
+            await self.release.wait()
+            return await self.__anext__()
         return item
 
 
@@ -93,6 +97,7 @@ class StreamingProvider:
         self.opened = 0
         self.closed = 0
         self.hanging = anyio.Event()
+        self.release = anyio.Event()
 
     def get_info(self) -> ProviderInfo:
         return ProviderInfo(id="fake", display_name="Fake streaming provider")
@@ -108,7 +113,7 @@ class StreamingProvider:
         self.requests.append(request)
         self.opened += 1
         try:
-            yield Events(self.scripts.pop(0), self.hanging)
+            yield Events(self.scripts.pop(0), self.hanging, self.release)
         finally:
             self.closed += 1
 
@@ -427,6 +432,31 @@ async def test_immediate_cancel_during_the_stream_closes_it() -> None:
     assert result.status is TurnStatus.CANCELLED
     assert result.text == ""
     assert provider.closed == 1
+
+
+async def test_graceful_cancel_lets_the_stream_and_its_tools_finish() -> None:
+    first = calls_script("a")
+    provider = StreamingProvider([*first[:2], HANG, *first[2:]], text_script("unused"))
+    tool = DelayTool({"a": 0.01})
+    coordinator = MockCoordinator()
+    outcome: list[tuple[TurnResult, EventRecorder, MockContextManager]] = []
+
+    async def run() -> None:
+        outcome.append(await run_turn(provider, {"probe": tool}, coordinator=coordinator))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await provider.hanging.wait()
+        await coordinator.request_cancel(immediate=False)
+        provider.release.set()
+
+    [(result, recorder, context)] = outcome
+    assert result.status is TurnStatus.CANCELLED
+    assert provider.opened == provider.closed == 1  # no provider call after the batch
+    assert tool.finished == {"a"}
+    check_ending(recorder, "cancelled")
+    check_pairs(context.messages)
+    assert json.loads(context.messages[-1]["content"]) == {"echo": "a"}
 
 
 async def test_immediate_cancel_during_tools_keeps_finished_results() -> None:
