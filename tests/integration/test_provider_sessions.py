@@ -36,6 +36,7 @@ from amplifier_anyio.events import (
     PROVIDER_RESPONSE,
     SESSION_END,
     THINKING_DELTA,
+    TOOL_POST,
     TOOL_PRE,
 )
 from amplifier_anyio.kernel.tracing import current_tool_call
@@ -768,6 +769,43 @@ def check_openai_round_two_with_cancel(body: dict[str, Any]) -> None:
     assert len(messages) == 5
     check_openai_round_two({**body, "messages": messages[:4]}, time_content=CANCELLED)
     assert messages[4] == {"role": "user", "content": "And tomorrow?"}
+
+
+async def test_cancel_while_a_finished_tools_post_hook_runs_keeps_its_result() -> None:
+    """The weather tool has returned; a slow ``tool:post`` observer (a log writer, say) is
+    still busy with it when the user cancels. The tool finished before the cancel, so its
+    real result must reach the context (invariant 3); only the hanging call is cancelled."""
+    server = Server(tool_round("openai", stream=False))
+    weather, clock = two_tools(meet=False, block_time=True)
+    posting = anyio.Event()
+
+    async def slow_observer(event: str, data: dict[str, Any]) -> None:
+        if data["tool_name"] == "get_weather":
+            posting.set()
+            await anyio.Event().wait()  # a write that takes longer than the user waits
+
+    outcome: list[TurnResult] = []
+    async with open_session("openai", server, (weather, clock)) as (session, rec, _):
+        session.coordinator.hooks.register(TOOL_POST, slow_observer, name="slow-log")
+
+        async def run() -> None:
+            outcome.append(await session.run(PROMPT))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await posting.wait()
+            await clock.started.wait()
+            session.cancel(immediate=True)
+        messages = await context_of(session)
+
+    assert outcome[0].status is TurnStatus.CANCELLED
+    assert weather.finished
+    check_turn_ending(rec, "cancelled")
+    check_tool_pairs(messages)
+    results = {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
+    weather_id, time_id = call_ids("openai")
+    assert json.loads(results[time_id]) == CANCELLED
+    assert json.loads(results[weather_id]) == WEATHER_OUT
 
 
 # -- provider errors -------------------------------------------------------------------------
