@@ -9,6 +9,7 @@ fsynced, so a crash leaves either the old file or the new one.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import tempfile
@@ -17,7 +18,14 @@ from typing import Any
 
 from ..errors import AmplifierError
 
-__all__ = ("ContextFileError", "encode", "append_line", "rewrite", "read_messages")
+__all__ = (
+    "ContextFileError",
+    "encode",
+    "append_line",
+    "rewrite",
+    "read_messages",
+    "remove_stale_temp_files",
+)
 
 
 class ContextFileError(AmplifierError, ValueError):
@@ -126,3 +134,11 @@ def _fsync_dir(directory: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def remove_stale_temp_files(path: Path) -> None:
+    """Delete temporary files a rewrite killed half-way left next to ``path``."""
+    with contextlib.suppress(OSError):
+        for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+            with contextlib.suppress(OSError):
+                leftover.unlink()

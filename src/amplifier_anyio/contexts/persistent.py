@@ -206,6 +206,7 @@ class PersistentContextManager(SimpleContextManager):
 
 def _load(path: Path, estimator: Estimator) -> tuple[list[dict[str, Any]], list[int], int]:
     """Read, repair (rewriting the file if needed) and estimate; runs in a worker thread."""
+    _jsonl.remove_stale_temp_files(path)  # one writer per file: any temp file is dead
     messages, torn = _jsonl.read_messages(path)
     repaired, closed = close_interrupted_tool_calls(messages)
     if torn or closed:
