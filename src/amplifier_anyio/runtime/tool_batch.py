@@ -123,10 +123,10 @@ class ToolBatch:
             token.register_tool_start(call.id, call.name)
         try:
             if limiter is None:
-                self._slots[index] = await self._execute(index, call)
+                await self._execute(index, call)
             else:
                 async with limiter:
-                    self._slots[index] = await self._execute(index, call)
+                    await self._execute(index, call)
         finally:
             if token is not None:
                 token.register_tool_complete(call.id)
@@ -186,17 +186,25 @@ class ToolBatch:
         )
         return attrs.evolve(result, ephemeral=True)
 
-    async def _execute(self, index: int, call: ToolCall) -> str:
-        """Run one call through its hooks; returns the content of its tool message."""
+    async def _execute(self, index: int, call: ToolCall) -> None:
+        """Run one call through its hooks, filling its slot as soon as a result exists.
+
+        The slot is written before ``tool:post`` / ``tool:error`` are emitted, so a cancel
+        arriving during those hooks keeps the tool's real result.
+        """
         tool_input, problem = _decode_arguments(call.arguments)
         pre = await self._emit(TOOL_PRE, self._payload(index, call, tool_input), call.name)
         if pre is not None and pre.action == "deny":
-            return f"Denied by hook: {pre.reason or 'no reason given'}"
+            self._slots[index] = f"Denied by hook: {pre.reason or 'no reason given'}"
+            return
         if pre is not None and pre.action == "modify" and pre.data is not None:
             modified = pre.data.get("tool_input", tool_input)
             tool_input, problem = _decode_arguments(modified)
         result = await self._result_of(index, call, tool_input, problem)
-        return await self._post(index, call, tool_input, result)
+        self._slots[index] = _content_of(result)
+        replaced = await self._post(index, call, tool_input, result)
+        if replaced is not None:
+            self._slots[index] = replaced
 
     async def _result_of(
         self, index: int, call: ToolCall, tool_input: Any, problem: str | None
@@ -230,26 +238,30 @@ class ToolBatch:
             return await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
 
     async def _error(self, index: int, call: ToolCall, kind: str, message: str) -> ToolResult:
+        result = ToolResult(success=False, error={"message": message, "type": kind})
+        self._slots[index] = _content_of(result)
         if self.hooks.has_handlers(TOOL_ERROR):
             data = self._payload(index, call, None)
             del data["tool_input"]
             await self.hooks.emit(TOOL_ERROR, {**data, "error": {"type": kind, "msg": message}})
-        return ToolResult(success=False, error={"message": message, "type": kind})
+        return result
 
-    async def _post(self, index: int, call: ToolCall, tool_input: Any, result: ToolResult) -> str:
+    async def _post(
+        self, index: int, call: ToolCall, tool_input: Any, result: ToolResult
+    ) -> str | None:
+        """Emit ``tool:post``; the replacement content if a hook modified the result."""
         if not self.hooks.has_handlers(TOOL_POST):
-            return _content_of(result)
+            return None
         sent = unstructure(result)
         post = await self._emit(
             TOOL_POST, {**self._payload(index, call, tool_input), "result": sent}, call.name
         )
-        if post is None:
-            return _content_of(result)
-        if post.action == "modify" and post.data is not None and "result" in post.data:
-            replaced = post.data["result"]
-            if replaced != sent:
-                return replaced if isinstance(replaced, str) else json.dumps(replaced)
-        return _content_of(result)
+        if post is None or post.action != "modify" or post.data is None:
+            return None
+        replaced = post.data.get("result", sent)
+        if replaced == sent:
+            return None
+        return replaced if isinstance(replaced, str) else json.dumps(replaced)
 
 
 def _cancelled_content(tool_name: str) -> str:
