@@ -38,6 +38,7 @@ __all__ = (
     "interrupted_result",
     "close_interrupted_tool_calls",
     "mount",
+    "default_path",
     "CONTEXT_MESSAGES_FILENAME",
 )
 

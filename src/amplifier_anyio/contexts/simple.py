@@ -25,7 +25,7 @@ from .compaction import Estimator, _compact
 if TYPE_CHECKING:
     from ..interfaces import Cleanup
 
-__all__ = ("SimpleContextManager", "mount", "DEFAULTS")
+__all__ = ("SimpleContextManager", "mount", "settings_from_config", "DEFAULTS")
 
 logger = logging.getLogger(__name__)
 
