@@ -16,6 +16,7 @@ from rich.console import Console
 
 from . import __version__
 from .errors import AmplifierError, ConfigError, ModuleLoadError, ModuleNotFoundError
+from .events import MODULE_LOAD_FAILED
 from .kernel.loader import ModuleLoader
 from .kernel.mount_plan import MountPlan
 from .kernel.session import AmplifierSession
@@ -116,10 +117,22 @@ def _run_command(
 
 
 async def _run_turn(plan: MountPlan, prompt: str, events: bool) -> Any:
-    async with AmplifierSession(plan) as session:
+    session = AmplifierSession(plan)
+    session.coordinator.hooks.register(MODULE_LOAD_FAILED, _warn_load_failed, name="cli-warn")
+    async with session:
         if events:
             _print_events(session)
         return await session.run(prompt)
+
+
+def _warn_load_failed(event: str, data: dict[str, Any]) -> None:
+    kind, module_id, error = data.get("module_type"), data.get("module_id"), data.get("error")
+    err.print(
+        f"warning: {kind} {module_id!r} not loaded: {error}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _print_events(session: AmplifierSession) -> None:
@@ -174,7 +187,7 @@ async def _validate(path: Path) -> list[str]:
     if not problems:
         counts = ", ".join(f"{len(getattr(plan, s))} {s}" for s in ("providers", "tools", "hooks"))
         modules = f"orchestrator {plan.orchestrator.module}, context {plan.context.module}"
-        out.print(f"ok: {path}: {modules}, {counts}", markup=False, highlight=False)
+        out.print(f"ok: {path}: {modules}, {counts}", markup=False, highlight=False, soft_wrap=True)
     return problems
 
 
@@ -193,7 +206,10 @@ async def _validate_module_dir(path: Path) -> list[str]:
     finally:
         loader.cleanup()
     out.print(
-        f"ok: {path}: module {module_id!r} has a mount() function", markup=False, highlight=False
+        f"ok: {path}: module {module_id!r} has a mount() function",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
     )
     return []
 
