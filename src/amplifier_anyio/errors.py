@@ -6,6 +6,7 @@ Hierarchy::
     AmplifierError
     ├── ConfigError (+ ValueError) ........ a bad mount plan, module config or CLI input
     ├── ValidationError (+ ValueError) .... a payload that does not fit a model
+    ├── ContextFileError (+ ValueError) ... a persisted context file with a corrupt line
     ├── ModuleNotFoundError ............... no resolver, entry point or package has the id
     ├── ModuleLoadError ................... found, but import or validation failed
     ├── MountError (+ ValueError) ......... misuse of the coordinator's mount points
@@ -33,12 +34,14 @@ is never wrapped: the backend's cancellation exception always propagates unchang
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 __all__ = (
     "AmplifierError",
     "ConfigError",
     "ValidationError",
+    "ContextFileError",
     "ModuleNotFoundError",
     "ModuleLoadError",
     "MountError",
@@ -83,6 +86,18 @@ class ValidationError(AmplifierError, ValueError):
     def __init__(self, errors: list[str]) -> None:
         self.errors = tuple(errors)
         super().__init__("; ".join(errors) if errors else "invalid payload")
+
+
+class ContextFileError(AmplifierError, ValueError):
+    """A persisted context file has a line that is not a JSON message (not the last line).
+
+    ``path`` is the file and ``line`` the 1-based line number.
+    """
+
+    def __init__(self, path: Path, line: int, problem: str) -> None:
+        self.path = path
+        self.line = line
+        super().__init__(f"{path}:{line}: not a JSON message ({problem})")
 
 
 class ModuleNotFoundError(AmplifierError):

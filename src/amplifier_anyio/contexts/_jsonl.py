@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import AmplifierError
+from ..errors import ContextFileError
 
 __all__ = (
     "ContextFileError",
@@ -26,18 +26,6 @@ __all__ = (
     "read_messages",
     "remove_stale_temp_files",
 )
-
-
-class ContextFileError(AmplifierError, ValueError):
-    """A persisted context file has a line that is not a JSON message (not the last line).
-
-    ``path`` is the file and ``line`` the 1-based line number.
-    """
-
-    def __init__(self, path: Path, line: int, problem: str) -> None:
-        self.path = path
-        self.line = line
-        super().__init__(f"{path}:{line}: not a JSON message ({problem})")
 
 
 def encode(message: dict[str, Any]) -> bytes:
