@@ -117,7 +117,7 @@ async def test_max_parallel_tools_ten_makes_a_hundred_waves(virtual: bool) -> No
     if virtual:
         assert 1.0 <= turn.elapsed < 1.5
     else:
-        assert 0.9 <= turn.elapsed < 1000 * 0.01 / 2
+        assert 0.9 <= turn.elapsed < 1000 * 0.01 / 2  # 100 waves; serial would be 10 s
 
 
 async def test_sequential_tools_add_up(virtual: bool) -> None:
@@ -129,7 +129,7 @@ async def test_sequential_tools_add_up(virtual: bool) -> None:
     if virtual:
         assert turn.elapsed == pytest.approx(0.2)
     else:
-        assert turn.elapsed >= 0.19
+        assert turn.elapsed >= 0.19  # 20 calls one after the other
 
 
 # -- tool timeout ----------------------------------------------------------------------------
@@ -166,7 +166,7 @@ async def test_each_sequential_call_gets_its_own_timeout(s: float) -> None:
     await turn.run(ScriptedProvider([calls_to("t", 3), answer()]), {"t": tool})
 
     assert turn.tool_contents() == ["ok"] * 3
-    assert turn.elapsed >= 3 * s
+    assert turn.elapsed >= 0.99 * 3 * s
 
 
 # -- turn timeout ----------------------------------------------------------------------------
