@@ -360,6 +360,9 @@ class _Turn:
                 result, event, self.orchestrator_name
             )
             return processed
+        if result.action == "ask_user":
+            # Nobody can approve without a coordinator: fail closed, as it would.
+            return HookResult(action="deny", reason="No approval system available")
         is_injection = result.action == "inject_context" and result.context_injection
         if is_injection and not result.ephemeral:
             await self.context.add_message(

@@ -159,6 +159,9 @@ class ToolBatch:
             result = self._defer(result, event, name)
         if self.coordinator is not None:
             result = await self.coordinator.process_hook_result(result, event, name)
+        elif result.action == "ask_user":
+            # Nobody can approve without a coordinator: fail closed, as it would.
+            result = HookResult(action="deny", reason="No approval system available")
         return result
 
     def _defer(self, result: HookResult, event: str, name: str) -> HookResult:
