@@ -152,8 +152,10 @@ def render_tables(report: dict[str, Any], console: Console, *, markdown: bool = 
     if report["compaction"]:
         tables.append(_compaction_table(report, markdown))
     tables.append(_targets_table(report, markdown))
+    # a file or a Markdown paste gets whole columns, not a terminal's width
+    width = None if console.is_terminal and not markdown else max(console.width, 200)
     for table in tables:
-        console.print(table)
+        console.print(table, width=width)
         if markdown:
             console.print()
     if report["skipped_backends"]:
