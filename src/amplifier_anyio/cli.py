@@ -214,8 +214,8 @@ async def _validate_module_dir(path: Path) -> list[str]:
     return []
 
 
-@app.command()
-def bench(
+@app.command("bench")
+def _bench_command(
     *,
     quick: Annotated[
         bool, typer.Option("--quick", help="The CI run: N up to 1 000, 3 repeats, < 1 min.")

@@ -108,7 +108,11 @@ class Tool(Protocol):
 
 
 class ContextManager(Protocol):
-    """Stores the conversation and hands out the view a request should send."""
+    """Stores the conversation and hands out the view a request should send.
+
+    A context manager may also offer ``async add_messages(messages)``; the tool batch then
+    writes all of a batch's results in one call (one fsync for a file-backed context).
+    """
 
     async def add_message(self, message: dict[str, Any]) -> None: ...
 

@@ -160,6 +160,20 @@ class PersistentContextManager(SimpleContextManager):
             await anyio.to_thread.run_sync(_jsonl.append_line, self.path, line)
             self._append(stored, cost)
 
+    async def add_messages(self, messages: list[dict[str, Any]]) -> None:
+        """Append several messages with one write and one fsync (one tool batch's results).
+
+        A crash mid-write leaves at most a torn last line, which loading ignores; calls
+        whose results were lost are then closed as interrupted.
+        """
+        prepared = [self._prepare(message) for message in messages]
+        lines = b"".join(_jsonl.encode(stored) for stored, _ in prepared)
+        async with self._lock:
+            await self._load_locked()
+            await anyio.to_thread.run_sync(_jsonl.append_line, self.path, lines)
+            for stored, cost in prepared:
+                self._append(stored, cost)
+
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
         """Replace history and file, unless the history was loaded from the file."""
         prepared = [self._prepare(message) for message in messages]

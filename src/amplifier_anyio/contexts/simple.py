@@ -81,6 +81,13 @@ class SimpleContextManager:
         await anyio.lowlevel.checkpoint()
         self._append(stored, cost)
 
+    async def add_messages(self, messages: list[dict[str, Any]]) -> None:
+        """Append copies of several messages at once (one tool batch's results)."""
+        prepared = [self._prepare(message) for message in messages]
+        await anyio.lowlevel.checkpoint()
+        for stored, cost in prepared:
+            self._append(stored, cost)
+
     async def get_messages(self) -> list[dict[str, Any]]:
         """The full history: a deep copy, so callers cannot change it."""
         await self._ready()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
+import time
 from bisect import insort
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -27,7 +28,7 @@ from ..models import HookResult
 from ..models.results import _trusted_result as trusted_result
 from .tracing import current_trace_id
 
-__all__ = ("HookRegistry", "Handler", "HookRegistryStatistics")
+__all__ = ("HookRegistry", "Handler", "HookRegistryStatistics", "utc_timestamp")
 
 logger = logging.getLogger(__name__)
 
@@ -122,11 +123,18 @@ class HookRegistry:
         if not entries:
             return trusted_result("continue", dict(data))
         current = self._stamp(data)
-        reducer = _Reduction(current)
+        reducer: _Reduction | None = None  # only built once a handler does more than continue
         for entry in tuple(entries):
-            result = await _call(entry, event, reducer.data)
-            if result is not None and reducer.add(entry, result):
+            result = await _call(entry, event, current)
+            if result is None or result.action == "continue":
+                continue
+            if reducer is None:
+                reducer = _Reduction(current)
+            if reducer.add(entry, result):
                 return result
+            current = reducer.data
+        if reducer is None:
+            return trusted_result("continue", current)
         return reducer.result()
 
     def _stamp(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -134,7 +142,7 @@ class HookRegistry:
         if "trace_id" not in current and (trace_id := current_trace_id()) is not None:
             current["trace_id"] = trace_id
         # The kernel owns the timestamp: a caller's value is overwritten.
-        current["timestamp"] = datetime.now(UTC).isoformat()
+        current["timestamp"] = utc_timestamp()
         return current
 
     async def emit_and_collect(
@@ -154,6 +162,24 @@ class HookRegistry:
             elif result is not None and result.data is not None:
                 collected.append(result.data)
         return collected
+
+
+_second_text: tuple[int, str] = (-1, "")
+
+
+def utc_timestamp() -> str:
+    """Now as UTC ISO-8601 with microseconds (``2026-11-22T02:13:30.853271+00:00``).
+
+    ``datetime.now(UTC).isoformat()`` is the slowest step of an emit; the date-and-second
+    part is formatted once per second and the microseconds appended.
+    """
+    global _second_text  # noqa: PLW0603 - a one-entry cache
+    now = time.time()
+    second = int(now)
+    if _second_text[0] != second:
+        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _second_text = (second, text)
+    return f"{_second_text[1]}.{int((now - second) * 1_000_000):06d}+00:00"
 
 
 async def _call(entry: _Entry, event: str, data: dict[str, Any]) -> HookResult | None:

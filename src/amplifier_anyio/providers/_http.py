@@ -345,6 +345,19 @@ async def drain(events: AsyncIterator[Any], timeout: float = _DRAIN_TIMEOUT) -> 
             logger.debug("the stream failed after its last event", exc_info=True)
 
 
+@attrs.frozen
+class _Call:
+    """One logical request, repeated as is by every attempt."""
+
+    method: str
+    path: str
+    json_body: Any = None
+    params: Mapping[str, Any] | None = None
+    model: str | None = None
+    timeout: float | None = None
+    stream: bool = False  # keep the body unread on success, for the caller to stream
+
+
 class HTTPClient:
     """One provider's connection to its API, with retries and error mapping.
 
@@ -407,15 +420,8 @@ class HTTPClient:
         timeout: float | None = None,
     ) -> Any:
         """Send a request (with retries) and return its decoded JSON body."""
-        response = await self._send(
-            method,
-            path,
-            json_body=json_body,
-            params=params,
-            model=model,
-            timeout=timeout,
-            stream=False,
-        )
+        call = _Call(method, path, json_body=json_body, params=params, model=model, timeout=timeout)
+        response = await self._send(call)
         try:
             return json.loads(response.content)
         except ValueError as exc:
@@ -441,15 +447,8 @@ class HTTPClient:
         :class:`StreamError` (or a timeout) for the caller. Leaving the block, however it
         is left, closes the response.
         """
-        response = await self._send(
-            "POST",
-            path,
-            json_body=json_body,
-            params=None,
-            model=model,
-            timeout=timeout,
-            stream=True,
-        )
+        call = _Call("POST", path, json_body=json_body, model=model, timeout=timeout, stream=True)
+        response = await self._send(call)
         events = self._events(response, model)
         try:
             yield events
@@ -478,31 +477,13 @@ class HTTPClient:
             msg = f"the {self.provider} stream broke off: {detail}"
             raise StreamError(msg, provider=self.provider, model=model, retryable=True) from exc
 
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        json_body: Any,
-        params: Mapping[str, Any] | None,
-        model: str | None,
-        timeout: float | None,
-        stream: bool,
-    ) -> httpx.Response:
+    async def _send(self, call: _Call) -> httpx.Response:
         started = anyio.current_time()
         attempt = 0
         while True:
             attempt += 1
             try:
-                return await self._attempt(
-                    method,
-                    path,
-                    json_body=json_body,
-                    params=params,
-                    model=model,
-                    timeout=timeout,
-                    stream=stream,
-                )
+                return await self._attempt(call)
             except LLMError as exc:
                 delay = self._next_delay(exc, attempt, started)
                 if delay is None:
@@ -510,40 +491,34 @@ class HTTPClient:
                 await self._announce_retry(attempt, delay, exc)
                 await self._sleep(delay)
 
-    async def _attempt(
-        self,
-        method: str,
-        path: str,
-        *,
-        json_body: Any,
-        params: Mapping[str, Any] | None,
-        model: str | None,
-        timeout: float | None,
-        stream: bool,
-    ) -> httpx.Response:
-        deadline = timeout if timeout is not None else self.timeout
+    async def _attempt(self, call: _Call) -> httpx.Response:
+        deadline = call.timeout if call.timeout is not None else self.timeout
         request = self._client.build_request(
-            method, path.lstrip("/"), json=json_body, params=params, timeout=deadline
+            call.method,
+            call.path.lstrip("/"),
+            json=call.json_body,
+            params=call.params,
+            timeout=deadline,
         )
         try:
             with anyio.fail_after(deadline):
                 response = await self._client.send(request, stream=True)
                 try:
-                    if not (stream and response.is_success):
+                    if not (call.stream and response.is_success):
                         await response.aread()
                 except BaseException:
                     await _close(response)
                     raise
         except (httpx.RequestError, TimeoutError) as exc:
             raise _transport_error(
-                exc, provider=self.provider, model=model, secrets=self._secrets
+                exc, provider=self.provider, model=call.model, secrets=self._secrets
             ) from exc
         if response.is_success:
             return response
         raise error_from_status(
             response,
             provider=self.provider,
-            model=model,
+            model=call.model,
             now=self._wall_time(),
             secrets=self._secrets,
         )

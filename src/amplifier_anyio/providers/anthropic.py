@@ -10,10 +10,7 @@ official SDK takes it.
 from __future__ import annotations
 
 import json
-import logging
-import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import httpx
@@ -37,14 +34,14 @@ from ..models import (
     Usage,
     structure,
 )
-from ._http import (
-    HookEmitter,
-    HTTPClient,
-    RetryPolicy,
-    decode_tool_arguments,
-    drain,
-    error_from_payload,
+from ._base import (
+    HTTPProvider,
+    ProviderSettings,
+    ProviderSpec,
+    decode_stream_object,
+    mount_provider,
 )
+from ._http import HookEmitter, decode_tool_arguments, drain, error_from_payload
 from ._sse import SSEEvent
 
 __all__ = (
@@ -58,25 +55,36 @@ __all__ = (
     "API_VERSION",
 )
 
-logger = logging.getLogger(__name__)
-
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 DEFAULT_MODEL: Final = "claude-sonnet-4-5"
 API_VERSION: Final = "2023-06-01"
-_DEFAULT_CONTEXT_WINDOW: Final = 200_000
-_DEFAULT_MAX_TOKENS: Final = 8_192
+_SPEC: Final = ProviderSpec(
+    id="anthropic",
+    display_name="Anthropic Messages",
+    env_prefix="ANTHROPIC",
+    base_url=DEFAULT_BASE_URL,
+    model=DEFAULT_MODEL,
+    context_window=200_000,
+    max_output_tokens=8_192,
+    max_output_keys=("max_tokens", "max_output_tokens"),
+    capabilities=("tools", "streaming", "vision", "thinking"),
+    model_capabilities=("tools", "thinking"),
+)
 _DEFAULT_THINKING_BUDGET: Final = 10_000
 _THINKING_HEADROOM: Final = 4_096  # room for the answer once the thinking budget is spent
 _EPHEMERAL: Final = {"type": "ephemeral"}
 
 
-class AnthropicProvider:
+class AnthropicProvider(HTTPProvider):
     """A provider for the Messages API.
 
     ``api_key`` comes from config or ``ANTHROPIC_API_KEY``; see ``docs/providers.md`` for
     every config key. ``transport`` replaces the network (tests); ``hooks`` receives
     ``provider:retry``.
     """
+
+    spec = _SPEC
+    stream_path = "messages"
 
     def __init__(
         self,
@@ -87,59 +95,28 @@ class AnthropicProvider:
         **http_options: Any,
     ) -> None:
         cfg = dict(config or {})
-        self._name = str(cfg.get("name") or cfg.get("instance_id") or "anthropic")
-        api_key = str(cfg.get("api_key") or os.environ.get("ANTHROPIC_API_KEY") or "")
-        base_url = str(
-            cfg.get("base_url") or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
-        )
-        self.model = str(cfg.get("model") or cfg.get("default_model") or DEFAULT_MODEL)
-        self.priority = int(cfg.get("priority", 100))
-        self.context_window = int(cfg.get("context_window", _DEFAULT_CONTEXT_WINDOW))
-        self.max_tokens = int(
-            cfg.get("max_tokens", cfg.get("max_output_tokens", _DEFAULT_MAX_TOKENS))
-        )
+        settings = ProviderSettings.from_config(cfg, _SPEC)
+        self.max_tokens = settings.max_output_tokens
         self.temperature: float | None = cfg.get("temperature")
         self.extended_thinking = bool(cfg.get("extended_thinking", False))
         self.thinking_budget = int(cfg.get("thinking_budget_tokens", _DEFAULT_THINKING_BUDGET))
         self.prompt_caching = bool(cfg.get("prompt_caching", True))
         headers = {"accept": "application/json", "anthropic-version": API_VERSION}
-        if api_key:
-            headers["x-api-key"] = api_key
+        if settings.api_key:
+            headers["x-api-key"] = settings.api_key
         betas = cfg.get("beta_headers") or []
         if betas:
             headers["anthropic-beta"] = ",".join([betas] if isinstance(betas, str) else betas)
-        self.http = HTTPClient(
-            provider=self._name,
-            base_url=base_url.rstrip("/") + "/v1",
-            headers=headers,
-            secrets=(api_key,),
-            timeout=float(cfg.get("timeout", 600.0)),
-            retry=RetryPolicy.from_config(cfg),
-            hooks=hooks,
-            transport=transport,
-            **http_options,
+        # base_url is the API root, as the official SDK takes it; the version is ours to add
+        http = settings.client(
+            headers, api_path="/v1", hooks=hooks, transport=transport, **http_options
         )
-
-    def __repr__(self) -> str:
-        return f"AnthropicProvider(name={self._name!r}, model={self.model!r}, http={self.http!r})"
-
-    @property
-    def name(self) -> str:
-        """The mount name (config ``name``, default ``anthropic``)."""
-        return self._name
+        super().__init__(settings, http)
 
     def get_info(self) -> ProviderInfo:
         """Identity, credentials and the defaults context managers size requests with."""
-        return ProviderInfo(
-            id="anthropic",
-            display_name="Anthropic Messages",
-            credential_env_vars=("ANTHROPIC_API_KEY",),
-            capabilities=("tools", "streaming", "vision", "thinking"),
-            defaults={
-                "model": self.model,
-                "context_window": self.context_window,
-                "max_output_tokens": self.max_tokens,
-            },
+        return _SPEC.info(
+            model=self.model, context_window=self.context_window, max_output_tokens=self.max_tokens
         )
 
     async def list_models(self) -> list[ModelInfo]:
@@ -148,16 +125,11 @@ class AnthropicProvider:
         params: dict[str, Any] = {"limit": 100}
         while True:
             page = await self.http.request_json("GET", "models", params=params)
-            models.extend(
-                ModelInfo(
-                    id=str(item["id"]),
-                    display_name=str(item.get("display_name") or item["id"]),
-                    context_window=self.context_window,
-                    max_output_tokens=self.max_tokens,
-                    capabilities=("tools", "thinking"),
-                )
-                for item in page.get("data", [])
-                if isinstance(item, dict) and "id" in item
+            models += _SPEC.models(
+                page.get("data", []),
+                context_window=self.context_window,
+                max_output_tokens=self.max_tokens,
+                display_name_key="display_name",
             )
             if not page.get("has_more") or not page.get("last_id"):
                 return models
@@ -171,24 +143,10 @@ class AnthropicProvider:
         )
         return parse_message(body)
 
-    def parse_tool_calls(self, response: ChatResponse) -> list[ToolCall]:
-        """The response's tool calls, in the order the model made them."""
-        return list(response.tool_calls or [])
-
-    @asynccontextmanager
-    async def stream(
-        self, request: ChatRequest, **kwargs: Any
-    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
-        """Stream a Messages call: yields an iterator of events, the last one ``response``."""
-        payload = self.build_payload(request, stream=True, **kwargs)
-        async with self.http.stream_sse(
-            "messages", json_body=payload, model=payload["model"], timeout=request.timeout
-        ) as sse:
-            events = _stream_events(sse, provider=self._name, model=payload["model"])
-            try:
-                yield events
-            finally:
-                await events.aclose()
+    def _decode_stream(
+        self, sse: AsyncIterator[SSEEvent], model: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        return _stream_events(sse, provider=self._name, model=model)
 
     def build_payload(self, request: ChatRequest, *, stream: bool, **kwargs: Any) -> dict[str, Any]:
         """The JSON body for ``request``.
@@ -550,7 +508,7 @@ async def _stream_events(
     failure: LLMError | None = None
     async for event in sse:
         try:
-            data = _decode_event(event.data, provider=provider, model=model)
+            data = decode_stream_object(event.data, noun="event", provider=provider, model=model)
             if data.get("type") == "error" or event.event == "error":
                 raise error_from_payload(data, provider=provider, model=model)
         except LLMError as exc:
@@ -572,25 +530,6 @@ async def _stream_events(
     yield {"type": "response", "response": state.response()}
 
 
-def _decode_event(data: str, *, provider: str, model: str) -> dict[str, Any]:
-    try:
-        value = json.loads(data)
-    except ValueError as exc:
-        err = error_from_payload(
-            {"error": {"message": f"undecodable stream event: {data[:200]!r}"}},
-            provider=provider,
-            model=model,
-        )
-        raise err from exc
-    if not isinstance(value, dict):
-        raise error_from_payload(
-            {"error": {"message": "a stream event is not a JSON object"}},
-            provider=provider,
-            model=model,
-        )
-    return value
-
-
 # -- module entry point ---------------------------------------------------------------
 
 
@@ -599,12 +538,4 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Any:
 
     Returns the async cleanup that closes the HTTP client.
     """
-    cfg = dict(config or {})
-    if not (cfg.get("api_key") or os.environ.get("ANTHROPIC_API_KEY")):
-        logger.warning(
-            "provider-anthropic: no API key (config api_key or ANTHROPIC_API_KEY); not mounted"
-        )
-        return None
-    provider = AnthropicProvider(cfg, hooks=getattr(coordinator, "hooks", None))
-    await coordinator.mount("providers", provider, name=provider.name)
-    return provider.http.aclose
+    return await mount_provider(coordinator, AnthropicProvider, config)

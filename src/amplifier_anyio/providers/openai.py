@@ -13,10 +13,7 @@ reasons are reported as the server gives them.
 from __future__ import annotations
 
 import json
-import logging
-import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import httpx
@@ -39,14 +36,14 @@ from ..models import (
     Usage,
     structure,
 )
-from ._http import (
-    HookEmitter,
-    HTTPClient,
-    RetryPolicy,
-    decode_tool_arguments,
-    drain,
-    error_from_payload,
+from ._base import (
+    HTTPProvider,
+    ProviderSettings,
+    ProviderSpec,
+    decode_stream_object,
+    mount_provider,
 )
+from ._http import HookEmitter, decode_tool_arguments, drain, error_from_payload
 from ._sse import SSEEvent
 
 __all__ = (
@@ -59,16 +56,24 @@ __all__ = (
     "DEFAULT_MODEL",
 )
 
-logger = logging.getLogger(__name__)
-
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 DEFAULT_MODEL: Final = "gpt-4o"
-_DEFAULT_CONTEXT_WINDOW: Final = 128_000
-_DEFAULT_MAX_OUTPUT: Final = 16_384
+_SPEC: Final = ProviderSpec(
+    id="openai",
+    display_name="OpenAI Chat Completions",
+    env_prefix="OPENAI",
+    base_url=DEFAULT_BASE_URL,
+    model=DEFAULT_MODEL,
+    context_window=128_000,
+    max_output_tokens=16_384,
+    max_output_keys=("max_output_tokens",),
+    capabilities=("tools", "streaming", "vision", "reasoning_effort"),
+    model_capabilities=("tools",),
+)
 _CHOICES: Final = ("auto", "none", "required")
 
 
-class OpenAIChatProvider:
+class OpenAIChatProvider(HTTPProvider):
     """A provider for the Chat Completions API.
 
     Arguments come from ``config`` (see ``docs/providers.md``); ``api_key`` and
@@ -76,6 +81,9 @@ class OpenAIChatProvider:
     needs no key (a local one) works with an empty key. ``transport`` replaces the
     network (tests); ``hooks`` receives ``provider:retry``.
     """
+
+    spec = _SPEC
+    stream_path = "chat/completions"
 
     def __init__(
         self,
@@ -86,70 +94,36 @@ class OpenAIChatProvider:
         **http_options: Any,
     ) -> None:
         cfg = dict(config or {})
-        self._name = str(cfg.get("name") or cfg.get("instance_id") or "openai")
-        api_key = str(cfg.get("api_key") or os.environ.get("OPENAI_API_KEY") or "")
-        base_url = str(cfg.get("base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
-        self.model = str(cfg.get("model") or cfg.get("default_model") or DEFAULT_MODEL)
-        self.priority = int(cfg.get("priority", 100))
-        self.context_window = int(cfg.get("context_window", _DEFAULT_CONTEXT_WINDOW))
-        self.max_output_tokens = int(cfg.get("max_output_tokens", _DEFAULT_MAX_OUTPUT))
+        settings = ProviderSettings.from_config(cfg, _SPEC)
+        self.max_output_tokens = settings.max_output_tokens
         self.max_tokens_field = str(cfg.get("max_tokens_field", "max_completion_tokens"))
         self.temperature: float | None = cfg.get("temperature")
         self.reasoning_effort: str | None = cfg.get("reasoning_effort")
         headers = {"accept": "application/json"}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
+        if settings.api_key:
+            headers["authorization"] = f"Bearer {settings.api_key}"
         for key, header in (("organization", "openai-organization"), ("project", "openai-project")):
             if cfg.get(key):
                 headers[header] = str(cfg[key])
-        self.http = HTTPClient(
-            provider=self._name,
-            base_url=base_url,
-            headers=headers,
-            secrets=(api_key,),
-            timeout=float(cfg.get("timeout", 600.0)),
-            retry=RetryPolicy.from_config(cfg),
-            hooks=hooks,
-            transport=transport,
-            **http_options,
-        )
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatProvider(name={self._name!r}, model={self.model!r}, http={self.http!r})"
-
-    @property
-    def name(self) -> str:
-        """The mount name (config ``name``, default ``openai``)."""
-        return self._name
+        http = settings.client(headers, hooks=hooks, transport=transport, **http_options)
+        super().__init__(settings, http)
 
     def get_info(self) -> ProviderInfo:
         """Identity, credentials and the defaults context managers size requests with."""
-        return ProviderInfo(
-            id="openai",
-            display_name="OpenAI Chat Completions",
-            credential_env_vars=("OPENAI_API_KEY",),
-            capabilities=("tools", "streaming", "vision", "reasoning_effort"),
-            defaults={
-                "model": self.model,
-                "context_window": self.context_window,
-                "max_output_tokens": self.max_output_tokens,
-            },
+        return _SPEC.info(
+            model=self.model,
+            context_window=self.context_window,
+            max_output_tokens=self.max_output_tokens,
         )
 
     async def list_models(self) -> list[ModelInfo]:
         """The server's models (``GET /models``), with this provider's size defaults."""
         body = await self.http.request_json("GET", "models")
-        return [
-            ModelInfo(
-                id=str(item["id"]),
-                display_name=str(item["id"]),
-                context_window=self.context_window,
-                max_output_tokens=self.max_output_tokens,
-                capabilities=("tools",),
-            )
-            for item in body.get("data", [])
-            if isinstance(item, dict) and "id" in item
-        ]
+        return _SPEC.models(
+            body.get("data", []),
+            context_window=self.context_window,
+            max_output_tokens=self.max_output_tokens,
+        )
 
     async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
         """One non-streaming completion."""
@@ -163,24 +137,10 @@ class OpenAIChatProvider:
         )
         return parse_completion(body)
 
-    def parse_tool_calls(self, response: ChatResponse) -> list[ToolCall]:
-        """The response's tool calls; bad arguments are marked, never raised (see _http)."""
-        return list(response.tool_calls or [])
-
-    @asynccontextmanager
-    async def stream(
-        self, request: ChatRequest, **kwargs: Any
-    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
-        """Stream a completion: yields an iterator of events, the last one ``response``."""
-        payload = self.build_payload(request, stream=True, **kwargs)
-        async with self.http.stream_sse(
-            "chat/completions", json_body=payload, model=payload["model"], timeout=request.timeout
-        ) as sse:
-            events = _stream_events(sse, provider=self._name, model=payload["model"])
-            try:
-                yield events
-            finally:
-                await events.aclose()
+    def _decode_stream(
+        self, sse: AsyncIterator[SSEEvent], model: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        return _stream_events(sse, provider=self._name, model=model)
 
     def build_payload(self, request: ChatRequest, *, stream: bool, **kwargs: Any) -> dict[str, Any]:
         """The JSON body for ``request`` (public so callers can inspect what is sent)."""
@@ -498,7 +458,7 @@ async def _stream_events(
             state.done = True
             break
         try:
-            chunk = _decode_chunk(event.data, provider=provider, model=model)
+            chunk = decode_stream_object(event.data, noun="chunk", provider=provider, model=model)
             if "error" in chunk:
                 raise error_from_payload(chunk, provider=provider, model=model)
         except LLMError as exc:
@@ -525,25 +485,6 @@ async def _stream_events(
         yield item
 
 
-def _decode_chunk(data: str, *, provider: str, model: str) -> dict[str, Any]:
-    try:
-        chunk = json.loads(data)
-    except ValueError as exc:
-        err = error_from_payload(
-            {"error": {"message": f"undecodable stream chunk: {data[:200]!r}"}},
-            provider=provider,
-            model=model,
-        )
-        raise err from exc
-    if not isinstance(chunk, dict):
-        raise error_from_payload(
-            {"error": {"message": "a stream chunk is not a JSON object"}},
-            provider=provider,
-            model=model,
-        )
-    return chunk
-
-
 # -- module entry point ---------------------------------------------------------------
 
 
@@ -554,14 +495,5 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Any:
     ``OPENAI_BASE_URL``) other than OpenAI's is enough. Returns the async cleanup that
     closes the HTTP client.
     """
-    cfg = dict(config or {})
-    has_key = bool(cfg.get("api_key") or os.environ.get("OPENAI_API_KEY"))
-    base_url = cfg.get("base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-    if not has_key and base_url.rstrip("/") == DEFAULT_BASE_URL:
-        logger.warning(
-            "provider-openai: no API key (config api_key or OPENAI_API_KEY); not mounted"
-        )
-        return None
-    provider = OpenAIChatProvider(cfg, hooks=getattr(coordinator, "hooks", None))
-    await coordinator.mount("providers", provider, name=provider.name)
-    return provider.http.aclose
+    keyless = _SPEC.base_url_of(config or {}).rstrip("/") != DEFAULT_BASE_URL
+    return await mount_provider(coordinator, OpenAIChatProvider, config, keyless=keyless)

@@ -15,7 +15,7 @@ import inspect
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from functools import partial
 from typing import Any
 
@@ -81,9 +81,11 @@ class ToolBatch:
     deferred_messages: list[dict[str, Any]] = attrs.field(factory=list)
     _slots: list[str | None] = attrs.field(init=False)
     _trace_id: str | None = attrs.field(init=False, factory=current_trace_id)
+    _token: Any = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self._slots = [None] * len(self.calls)
+        self._token = getattr(self.coordinator, "cancellation", None)
 
     @property
     def finished(self) -> int:
@@ -100,7 +102,7 @@ class ToolBatch:
                 await self._run_parallel()
             else:
                 for index, call in enumerate(self.calls):
-                    await self._run_one(index, call)
+                    await self._execute(index, call)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_WRITE_TIMEOUT) as bound:
                 await self._write_results(context)
@@ -108,36 +110,38 @@ class ToolBatch:
                 logger.error("writing tool results gave up after %ss", _WRITE_TIMEOUT)
 
     async def _run_parallel(self) -> None:
-        limiter = None
-        if self.config.max_parallel_tools is not None:
-            limiter = anyio.CapacityLimiter(self.config.max_parallel_tools)
         async with anyio.create_task_group() as tg:
+            if self.config.max_parallel_tools is None:
+                for index, call in enumerate(self.calls):
+                    tg.start_soon(self._execute, index, call)
+                return
+            limiter = anyio.CapacityLimiter(self.config.max_parallel_tools)
             for index, call in enumerate(self.calls):
-                tg.start_soon(self._run_one, index, call, limiter)
+                tg.start_soon(self._run_limited, index, call, limiter)
 
-    async def _run_one(
-        self, index: int, call: ToolCall, limiter: anyio.CapacityLimiter | None = None
+    async def _run_limited(
+        self, index: int, call: ToolCall, limiter: anyio.CapacityLimiter
     ) -> None:
-        token = getattr(self.coordinator, "cancellation", None)
-        if token is not None:
-            token.register_tool_start(call.id, call.name)
-        try:
-            if limiter is None:
-                await self._execute(index, call)
-            else:
-                async with limiter:
-                    await self._execute(index, call)
-        finally:
-            if token is not None:
-                token.register_tool_complete(call.id)
+        async with limiter:
+            await self._execute(index, call)
 
     async def _write_results(self, context: Any) -> None:
-        for call, slot in zip(self.calls, self._slots, strict=True):
-            content = slot if slot is not None else _cancelled_content(call.name)
-            await context.add_message(
-                {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
-            )
-        for message in self.deferred_messages:
+        messages = [
+            {
+                "role": "tool",
+                "tool_call_id": call.id,
+                "name": call.name,
+                "content": slot if slot is not None else _cancelled_content(call.name),
+            }
+            for call, slot in zip(self.calls, self._slots, strict=True)
+        ]
+        messages.extend(self.deferred_messages)
+        add_many = getattr(context, "add_messages", None)
+        if add_many is not None:
+            # One call for the whole batch: one loop pass, and one fsync for a file context.
+            await add_many(messages)
+            return
+        for message in messages:
             await context.add_message(message)
 
     # -- one call --------------------------------------------------------------------------
@@ -193,32 +197,41 @@ class ToolBatch:
         """Run one call through its hooks, filling its slot as soon as a result exists.
 
         The slot is written before ``tool:post`` / ``tool:error`` are emitted, so a cancel
-        arriving during those hooks keeps the tool's real result.
+        arriving during those hooks keeps the tool's real result. This is the per-call hot
+        path: it stays flat (few coroutine frames) on purpose.
         """
-        tool_input, problem = _decode_arguments(call.arguments)
-        pre = await self._emit(TOOL_PRE, self._payload(index, call, tool_input), call.name)
-        if pre is not None and pre.action == "deny":
-            self._slots[index] = f"Denied by hook: {pre.reason or 'no reason given'}"
-            return
-        if pre is not None and pre.action == "modify" and pre.data is not None:
-            modified = pre.data.get("tool_input", tool_input)
-            tool_input, problem = _decode_arguments(modified)
-        result = await self._result_of(index, call, tool_input, problem)
-        self._slots[index] = _content_of(result)
-        replaced = await self._post(index, call, tool_input, result)
-        if replaced is not None:
-            self._slots[index] = replaced
+        token = self._token
+        if token is not None:
+            token.register_tool_start(call.id, call.name)
+        try:
+            tool_input, problem = _decode_arguments(call.arguments)
+            if self.hooks.has_handlers(TOOL_PRE):
+                payload = self._payload(index, call, tool_input)
+                pre = await self._emit(TOOL_PRE, payload, call.name)
+                if pre is not None and pre.action == "deny":
+                    self._slots[index] = f"Denied by hook: {pre.reason or 'no reason given'}"
+                    return
+                if pre is not None and pre.action == "modify" and pre.data is not None:
+                    tool_input, problem = _decode_arguments(pre.data.get("tool_input", tool_input))
+            tool = self.tools.get(call.name)
+            if tool is None:
+                message = f"Tool '{call.name}' not found"
+                result = await self._error(index, call, "ToolNotFoundError", message)
+            elif problem is not None:
+                result = await self._error(index, call, "InvalidArgumentsError", problem)
+            else:
+                result = await self._invoke(index, call, tool, tool_input)
+            self._slots[index] = _content_of(result)
+            if self.hooks.has_handlers(TOOL_POST):
+                replaced = await self._post(index, call, tool_input, result)
+                if replaced is not None:
+                    self._slots[index] = replaced
+        finally:
+            if token is not None:
+                token.register_tool_complete(call.id)
 
-    async def _result_of(
-        self, index: int, call: ToolCall, tool_input: Any, problem: str | None
-    ) -> ToolResult:
-        tool = self.tools.get(call.name)
-        if tool is None:
-            return await self._error(
-                index, call, "ToolNotFoundError", f"Tool '{call.name}' not found"
-            )
-        if problem is not None:
-            return await self._error(index, call, "InvalidArgumentsError", problem)
+    async def _invoke(self, index: int, call: ToolCall, tool: Any, tool_input: Any) -> ToolResult:
+        """Execute the tool under its timeout, with its call context visible to it."""
         context = ToolCallContext(
             tool_call_id=call.id,
             tool_name=call.name,
@@ -228,17 +241,14 @@ class ToolBatch:
         )
         timeout = self.config.tool_timeout
         with tool_call_scope(context):
-            if timeout is None:  # no scope at all: a cancel scope per call is measurable
-                return await self._attempt(index, call, tool, tool_input)
-            with anyio.move_on_after(timeout):
-                return await self._attempt(index, call, tool, tool_input)
+            try:
+                if timeout is None:  # no cancel scope at all: one per call is measurable
+                    return _as_result(await _start(tool, tool_input))
+                with anyio.move_on_after(timeout):
+                    return _as_result(await _start(tool, tool_input))
+            except Exception as exc:  # noqa: BLE001 - a failing tool is a result, not a crash
+                return await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
         return await self._error(index, call, "TimeoutError", f"timed out after {timeout} s")
-
-    async def _attempt(self, index: int, call: ToolCall, tool: Any, tool_input: Any) -> ToolResult:
-        try:
-            return _as_result(await _call_tool(tool, tool_input))
-        except Exception as exc:  # noqa: BLE001 - a failing tool is a result, not a crash
-            return await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
 
     async def _error(self, index: int, call: ToolCall, kind: str, message: str) -> ToolResult:
         result = ToolResult(success=False, error={"message": message, "type": kind})
@@ -297,10 +307,16 @@ def _decode_arguments(arguments: Any) -> tuple[Any, str | None]:
     return arguments, f"arguments must be a JSON object, not {type(arguments).__name__}"
 
 
-async def _call_tool(tool: Any, tool_input: dict[str, Any]) -> Any:
+def _start(tool: Any, tool_input: dict[str, Any]) -> Awaitable[Any]:
+    """The awaitable that runs the tool: its own coroutine when async (no extra frame)."""
     execute = tool.execute
     if _is_async(execute):
-        return await execute(tool_input)
+        result: Awaitable[Any] = execute(tool_input)
+        return result
+    return _in_thread(execute, tool_input)
+
+
+async def _in_thread(execute: Any, tool_input: dict[str, Any]) -> Any:
     # A synchronous tool blocks: run it in a worker thread, abandoned on cancel or timeout
     # (a thread cannot be interrupted; its late result is dropped).
     result = await anyio.to_thread.run_sync(partial(execute, tool_input), abandon_on_cancel=True)

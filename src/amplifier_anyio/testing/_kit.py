@@ -153,6 +153,11 @@ class MockContextManager:
         await anyio.lowlevel.checkpoint()
         self.messages.append(copy.deepcopy(message))
 
+    async def add_messages(self, messages: list[dict[str, Any]]) -> None:
+        """Append copies of several messages."""
+        await anyio.lowlevel.checkpoint()
+        self.messages.extend(copy.deepcopy(messages))
+
     async def get_messages(self) -> list[dict[str, Any]]:
         """A copy of the history."""
         await anyio.lowlevel.checkpoint()

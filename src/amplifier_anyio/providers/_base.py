@@ -1,0 +1,271 @@
+"""What the HTTP providers share: config reading, identity, streaming plumbing, mounting.
+
+Each provider module describes itself with a :class:`ProviderSpec` (its id, environment
+variables and defaults), reads the config keys common to both APIs through
+:class:`ProviderSettings`, and inherits from :class:`HTTPProvider` the parts that do not
+depend on the wire format. Payloads, parsing and stream decoding stay in the modules.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, ClassVar, Protocol
+
+import attrs
+import httpx
+
+from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall
+from ._http import HookEmitter, HTTPClient, RetryPolicy, error_from_payload
+from ._sse import SSEEvent
+
+__all__ = (
+    "ProviderSpec",
+    "ProviderSettings",
+    "HTTPProvider",
+    "decode_stream_object",
+    "mount_provider",
+)
+
+
+@attrs.frozen(kw_only=True)
+class ProviderSpec:
+    """One provider's identity and the defaults its config falls back to."""
+
+    id: str
+    display_name: str
+    env_prefix: str  # OPENAI -> OPENAI_API_KEY, OPENAI_BASE_URL
+    base_url: str
+    model: str
+    context_window: int
+    max_output_tokens: int
+    max_output_keys: tuple[str, ...]  # config keys for the output limit, first present wins
+    capabilities: tuple[str, ...]
+    model_capabilities: tuple[str, ...]
+
+    @property
+    def api_key_env(self) -> str:
+        """The environment variable holding the API key."""
+        return f"{self.env_prefix}_API_KEY"
+
+    def api_key(self, cfg: Mapping[str, Any]) -> str:
+        """The key from config, else the environment, else empty."""
+        return str(cfg.get("api_key") or os.environ.get(self.api_key_env) or "")
+
+    def base_url_of(self, cfg: Mapping[str, Any]) -> str:
+        """The base URL from config, else the environment, else the default."""
+        return str(
+            cfg.get("base_url") or os.environ.get(f"{self.env_prefix}_BASE_URL") or self.base_url
+        )
+
+    def info(self, *, model: str, context_window: int, max_output_tokens: int) -> ProviderInfo:
+        """This provider's ``get_info()`` with the instance's current defaults."""
+        return ProviderInfo(
+            id=self.id,
+            display_name=self.display_name,
+            credential_env_vars=(self.api_key_env,),
+            capabilities=self.capabilities,
+            defaults={
+                "model": model,
+                "context_window": context_window,
+                "max_output_tokens": max_output_tokens,
+            },
+        )
+
+    def models(
+        self,
+        items: Iterable[Any],
+        *,
+        context_window: int,
+        max_output_tokens: int,
+        display_name_key: str | None = None,
+    ) -> list[ModelInfo]:
+        """ModelInfo for each listed item that has an ``id``; sizes are the instance's."""
+        return [
+            ModelInfo(
+                id=str(item["id"]),
+                display_name=str(
+                    (item.get(display_name_key) if display_name_key else None) or item["id"]
+                ),
+                context_window=context_window,
+                max_output_tokens=max_output_tokens,
+                capabilities=self.model_capabilities,
+            )
+            for item in items
+            if isinstance(item, dict) and "id" in item
+        ]
+
+
+def _first(cfg: Mapping[str, Any], keys: tuple[str, ...], default: Any) -> Any:
+    for key in keys:
+        if key in cfg:
+            return cfg[key]
+    return default
+
+
+@attrs.frozen(kw_only=True)
+class ProviderSettings:
+    """The config keys both providers read the same way, parsed once."""
+
+    name: str
+    api_key: str = attrs.field(repr=False)
+    base_url: str
+    model: str
+    priority: int
+    context_window: int
+    max_output_tokens: int
+    timeout: float
+    retry: RetryPolicy
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], spec: ProviderSpec) -> ProviderSettings:
+        """Read ``name``, ``api_key``, ``base_url``, ``model``, ``priority``,
+        ``context_window``, the output limit, ``timeout`` and the retry keys."""
+        return cls(
+            name=str(cfg.get("name") or cfg.get("instance_id") or spec.id),
+            api_key=spec.api_key(cfg),
+            base_url=spec.base_url_of(cfg),
+            model=str(cfg.get("model") or cfg.get("default_model") or spec.model),
+            priority=int(cfg.get("priority", 100)),
+            context_window=int(cfg.get("context_window", spec.context_window)),
+            max_output_tokens=int(_first(cfg, spec.max_output_keys, spec.max_output_tokens)),
+            timeout=float(cfg.get("timeout", 600.0)),
+            retry=RetryPolicy.from_config(cfg),
+        )
+
+    def client(
+        self,
+        headers: Mapping[str, str],
+        *,
+        api_path: str = "",
+        hooks: HookEmitter | None,
+        transport: httpx.AsyncBaseTransport | None,
+        **http_options: Any,
+    ) -> HTTPClient:
+        """The HTTPClient for these settings; ``api_path`` is appended to the base URL."""
+        return HTTPClient(
+            provider=self.name,
+            base_url=self.base_url.rstrip("/") + api_path,
+            headers=headers,
+            secrets=(self.api_key,),
+            timeout=self.timeout,
+            retry=self.retry,
+            hooks=hooks,
+            transport=transport,
+            **http_options,
+        )
+
+
+class HTTPProvider:
+    """The wire-independent half of an HTTP provider.
+
+    A subclass sets ``spec`` and ``stream_path`` and supplies ``build_payload`` and
+    ``_decode_stream``; it keeps ``complete``, ``get_info`` and ``list_models``.
+    """
+
+    spec: ClassVar[ProviderSpec]
+    stream_path: ClassVar[str]
+
+    def __init__(self, settings: ProviderSettings, http: HTTPClient) -> None:
+        self._name = settings.name
+        self.model = settings.model
+        self.priority = settings.priority
+        self.context_window = settings.context_window
+        self.http = http
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        return f"{name}(name={self._name!r}, model={self.model!r}, http={self.http!r})"
+
+    @property
+    def name(self) -> str:
+        """The mount name (config ``name``, default the provider id)."""
+        return self._name
+
+    def parse_tool_calls(self, response: ChatResponse) -> list[ToolCall]:
+        """The response's tool calls in the order the model made them; bad arguments are
+        marked, never raised (see ``_http.decode_tool_arguments``)."""
+        return list(response.tool_calls or [])
+
+    def build_payload(self, request: ChatRequest, *, stream: bool, **kwargs: Any) -> dict[str, Any]:
+        """The JSON body for ``request``."""
+        raise NotImplementedError
+
+    def _decode_stream(
+        self, sse: AsyncIterator[SSEEvent], model: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        raise NotImplementedError
+
+    @asynccontextmanager
+    async def stream(
+        self, request: ChatRequest, **kwargs: Any
+    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        """Stream a completion: yields an iterator of events, the last one ``response``."""
+        payload = self.build_payload(request, stream=True, **kwargs)
+        async with self.http.stream_sse(
+            self.stream_path, json_body=payload, model=payload["model"], timeout=request.timeout
+        ) as sse:
+            events = self._decode_stream(sse, payload["model"])
+            try:
+                yield events
+            finally:
+                await events.aclose()
+
+
+class _ProviderClass(Protocol):
+    """A provider class, as ``mount_provider`` uses it."""
+
+    spec: ProviderSpec
+
+    def __call__(
+        self, config: Mapping[str, Any] | None = None, *, hooks: HookEmitter | None = None
+    ) -> HTTPProvider: ...
+
+
+def decode_stream_object(data: str, *, noun: str, provider: str, model: str) -> dict[str, Any]:
+    """One SSE ``data`` field as a JSON object; anything else is an LLMError to raise."""
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        err = error_from_payload(
+            {"error": {"message": f"undecodable stream {noun}: {data[:200]!r}"}},
+            provider=provider,
+            model=model,
+        )
+        raise err from exc
+    if not isinstance(value, dict):
+        raise error_from_payload(
+            {"error": {"message": f"a stream {noun} is not a JSON object"}},
+            provider=provider,
+            model=model,
+        )
+    return value
+
+
+async def mount_provider(
+    coordinator: Any,
+    provider_cls: _ProviderClass,
+    config: Mapping[str, Any] | None,
+    *,
+    keyless: bool = False,
+) -> Any:
+    """Mount ``provider_cls`` under its name; without a key (unless ``keyless``), mount nothing.
+
+    The warning goes to the provider module's logger. Returns the async cleanup that
+    closes the HTTP client.
+    """
+    cfg = dict(config or {})
+    spec = provider_cls.spec
+    if not (keyless or spec.api_key(cfg)):
+        logging.getLogger(provider_cls.__module__).warning(
+            "provider-%s: no API key (config api_key or %s); not mounted",
+            spec.id,
+            spec.api_key_env,
+        )
+        return None
+    provider = provider_cls(cfg, hooks=getattr(coordinator, "hooks", None))
+    await coordinator.mount("providers", provider, name=provider.name)
+    return provider.http.aclose
