@@ -6,6 +6,7 @@ import os
 
 import pytest
 from hypothesis import HealthCheck, settings
+from trio.testing import MockClock
 
 settings.register_profile(
     "ci",
@@ -39,6 +40,4 @@ def virtual_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, obje
     """
     if request.param == "asyncio":
         return ("asyncio", {})
-    from trio.testing import MockClock
-
     return ("trio", {"clock": MockClock(autojump_threshold=0)})
