@@ -78,6 +78,9 @@ def run_command(
 
         progress.refresh()
         report = run_benchmarks(config, step)
+    if markdown and not out.is_terminal:
+        # Markdown goes to files and pages: never squeeze columns to a terminal width.
+        out = Console(file=out.file, width=240)
     render_tables(report, out, markdown=markdown)
     if json_path is not None:
         write_json(report, json_path)
