@@ -42,7 +42,9 @@ async def main(path: str) -> None:
     history = await manager.get_messages()
     seqs = [m["metadata"]["seq"] for m in history if "seq" in (m.get("metadata") or {})]
     seq = max(seqs, default=-1) + 1
-    print(f"ready {os.getpid()}", flush=True)
+    # One write() for the whole line: print() may write the text and its newline separately,
+    # and a SIGKILL between the two would glue the server's next line onto this one.
+    os.write(sys.stdout.fileno(), f"ready {os.getpid()}\n".encode())
     while True:
         await manager.add_message(_message(seq, "user"))
         seq += 1
