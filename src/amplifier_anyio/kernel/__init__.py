@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .cancellation import CancellationState, CancellationStatistics, CancellationToken
 from .coordinator import MOUNT_POINTS, ModuleCoordinator
+from .event_stream import Event, TurnEventStream
 from .hooks import Handler, HookRegistry, HookRegistryStatistics
 from .loader import ENTRY_POINT_GROUP, ModuleLoader, package_name
 from .mount_plan import ModuleSpec, MountPlan
@@ -20,6 +21,8 @@ from .turns import TurnResult, TurnStatus
 __all__ = (
     "AmplifierSession",
     "SessionStatus",
+    "TurnEventStream",
+    "Event",
     "TurnResult",
     "TurnStatus",
     "MountPlan",

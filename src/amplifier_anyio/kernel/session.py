@@ -33,6 +33,7 @@ from ..events import (
 )
 from ..interfaces import ApprovalSystem, DisplaySystem
 from .coordinator import ModuleCoordinator
+from .event_stream import TurnEventStream
 from .loader import ModuleLoader
 from .mount_plan import ModuleSpec, MountPlan
 from .turns import TurnResult, TurnStatus
@@ -95,6 +96,7 @@ class AmplifierSession:
         self.initialized = False
         self._started = False
         self._turn_running = False
+        self.last_result: TurnResult | None = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -198,6 +200,7 @@ class AmplifierSession:
         finally:
             self._turn_running = False
         self._record(result)
+        self.last_result = result
         return result
 
     async def execute(self, prompt: str) -> str:
@@ -206,6 +209,16 @@ class AmplifierSession:
         if result.error is not None:
             raise result.error
         return result.text
+
+    def stream(self, prompt: str) -> TurnEventStream:
+        """Run one turn while the host reads its events as a stream.
+
+        ``async with session.stream(prompt) as events:`` gives a receive stream of
+        ``(name, data)`` pairs that ends with the turn; the block's exit waits for the turn
+        (cancelling it if the host leaves early). The TurnResult is then in ``.result``
+        of the stream object and in :attr:`last_result`.
+        """
+        return TurnEventStream(self, prompt)
 
     def cancel(self, immediate: bool = False) -> None:
         """Ask the running turn to stop: after the tool batch, or (immediate) right now.

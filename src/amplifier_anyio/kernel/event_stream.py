@@ -1,0 +1,82 @@
+"""A turn whose events the host reads as a stream: ``session.stream(prompt)``.
+
+The turn runs in a task of a task group entered by ``__aenter__`` and left by
+``__aexit__`` (a class, not a generator, so nothing yields from inside the group). Every
+event of the session is sent, as ``(name, data)``, into an unbounded memory object stream
+that ends when the turn ends. Leaving the block before the turn is over cancels the turn
+(immediately) and waits for it to close its events.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ..events import ALL_EVENTS
+from .turns import TurnResult
+
+if TYPE_CHECKING:
+    from .session import AmplifierSession
+
+__all__ = ("TurnEventStream", "Event")
+
+Event = tuple[str, dict[str, Any]]
+"""One event as the stream delivers it: its name and a copy of its data."""
+
+
+class TurnEventStream:
+    """``async with session.stream(prompt) as events: async for name, data in events: …``
+
+    After the block, :attr:`result` holds the turn's :class:`TurnResult`.
+    """
+
+    def __init__(self, session: AmplifierSession, prompt: str) -> None:
+        self._session = session
+        self._prompt = prompt
+        self._group: TaskGroup | None = None
+        self._unregister: list[Callable[[], None]] = []
+        self._done = anyio.Event()
+        self._receive: MemoryObjectReceiveStream[Event] | None = None
+        self.result: TurnResult | None = None
+
+    async def __aenter__(self) -> MemoryObjectReceiveStream[Event]:
+        send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
+        hooks = self._session.coordinator.hooks
+
+        def forward(event: str, data: dict[str, Any]) -> None:
+            send.send_nowait((event, dict(data)))
+
+        self._unregister = [
+            hooks.register(event, forward, priority=1_000_000, name="session-stream")
+            for event in ALL_EVENTS
+        ]
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        self._group.start_soon(self._run, send)
+        self._receive = receive
+        return receive
+
+    async def _run(self, send: MemoryObjectSendStream[Event]) -> None:
+        try:
+            async with send:
+                self.result = await self._session.run(self._prompt)
+        finally:
+            for unregister in self._unregister:
+                unregister()
+            self._done.set()
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        assert self._group is not None
+        if not self._done.is_set():
+            # The host left early (a break, an error): stop the turn rather than wait for it.
+            self._session.cancel(immediate=True)
+        try:
+            return await self._group.__aexit__(*exc_info)
+        finally:
+            if self._receive is not None:
+                self._receive.close()
