@@ -194,6 +194,9 @@ class AmplifierSession:
         try:
             await self._announce()
             result = await self._run_turn(prompt)
+            # A cancel() that arrived while the turn was closing its events is recorded
+            # now rather than dropped by the next turn's reset.
+            await self.coordinator.flush_cancel_request()
         except BaseException:
             self.status.status = "cancelled"
             raise
