@@ -6,6 +6,7 @@ line on stderr, no traceback); 130 interrupted.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -70,13 +71,8 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 def _check_backend(backend: str) -> None:
     if backend not in _BACKENDS:
         raise _fail(f"--backend: must be one of {', '.join(_BACKENDS)}, not {backend!r}")
-    if backend == "trio":
-        try:
-            import trio  # noqa: F401, TID251 - only checks that the backend is installed
-        except ImportError:
-            raise _fail(
-                "--backend trio: trio is not installed (pip install 'amplifier-anyio[trio]')"
-            ) from None
+    if backend == "trio" and importlib.util.find_spec("trio") is None:
+        raise _fail("--backend trio: trio is not installed (pip install 'amplifier-anyio[trio]')")
 
 
 def _load_plan(plan: Path | None) -> MountPlan:

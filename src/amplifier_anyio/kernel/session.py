@@ -197,8 +197,12 @@ class AmplifierSession:
             # A cancel() that arrived while the turn was closing its events is recorded
             # now rather than dropped by the next turn's reset.
             await self.coordinator.flush_cancel_request()
-        except BaseException:
+        except anyio.get_cancelled_exc_class():
             self.status.status = "cancelled"
+            raise
+        except BaseException as exc:
+            self.status.status = "failed"
+            self.status.last_error = {"type": type(exc).__name__, "message": str(exc)}
             raise
         finally:
             self._turn_running = False
