@@ -34,6 +34,7 @@ from ..events import (
     THINKING_DELTA,
 )
 from ..kernel.cancellation import CancellationToken
+from ..kernel.coordinator import ModuleCoordinator
 from ..kernel.tracing import trace_scope
 from ..kernel.turns import TurnResult, TurnStatus
 from ..models import ChatRequest, ChatResponse, HookResult, Usage, structure, unstructure
@@ -44,6 +45,7 @@ from ..runtime.turn import (
     assistant_message,
     build_request,
     error_payload,
+    pending_injection,
     select_provider,
     tool_calls_of,
 )
@@ -128,7 +130,10 @@ class LoopBasicOrchestrator:
             config = LoopBasicConfig.from_dict(config)
         self.config = config
         self.last_result: TurnResult | None = None
-        self._own_token = CancellationToken()
+        self._batch = _batch_config(config)
+        # Used for turns run without a session's coordinator, so that hook results and
+        # cancellation take the same path either way.
+        self._standalone = ModuleCoordinator()
 
     async def execute(
         self,
@@ -162,22 +167,23 @@ class LoopBasicOrchestrator:
         Errors are reported in the result (status ``error``); the host's own cancellation
         propagates after the terminal events were emitted.
         """
+        if coordinator is None:
+            coordinator = self._standalone
+            await coordinator.mount("context", context)
+        coordinator.reset_turn()
         turn = _Turn(
             config=self.config,
+            batch=self._batch,
             prompt=prompt,
             context=context,
             providers=providers,
             tools=tools or {},
             hooks=hooks,
             coordinator=coordinator,
-            token=coordinator.cancellation if coordinator is not None else self._own_token,
+            token=coordinator.cancellation,
             orchestrator_name=self.name,
             streaming=self.streaming,
         )
-        if coordinator is not None:
-            coordinator.reset_turn()
-        else:
-            self._own_token.reset()
         with trace_scope(turn.trace_id):
             await turn.run()
         self.last_result = turn.result()
@@ -185,8 +191,8 @@ class LoopBasicOrchestrator:
 
     @property
     def cancellation(self) -> CancellationToken:
-        """The token used when no coordinator is given."""
-        return self._own_token
+        """The token of turns run without a coordinator."""
+        return self._standalone.cancellation
 
 
 @attrs.define(eq=False)
@@ -194,12 +200,13 @@ class _Turn:
     """The state of one turn (kept apart from the orchestrator so turns never share it)."""
 
     config: LoopBasicConfig
+    batch: ToolBatchConfig
     prompt: str
     context: Any
     providers: dict[str, Any]
     tools: dict[str, Any]
     hooks: Any
-    coordinator: Any
+    coordinator: ModuleCoordinator
     token: CancellationToken
     trace_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
     iterations: int = 0
@@ -267,7 +274,7 @@ class _Turn:
                 tools=self.tools,
                 hooks=self.hooks,
                 coordinator=self.coordinator,
-                config=_batch_config(self.config),
+                config=self.batch,
             )
             await batch.run(self.context, assistant_message(response, calls))
             self.injections.extend(batch.pending_injections)
@@ -355,30 +362,11 @@ class _Turn:
 
     async def _hook(self, event: str, data: dict[str, Any]) -> HookResult:
         result: HookResult = await self.hooks.emit(event, data)
-        if self.coordinator is not None:
-            processed: HookResult = await self.coordinator.process_hook_result(
-                result, event, self.orchestrator_name
-            )
-            return processed
-        if result.action == "ask_user":
-            # Nobody can approve without a coordinator: fail closed, as it would.
-            return HookResult(action="deny", reason="No approval system available")
-        is_injection = result.action == "inject_context" and result.context_injection
-        if is_injection and not result.ephemeral:
-            await self.context.add_message(
-                {"role": result.context_injection_role, "content": result.context_injection}
-            )
-        return result
+        return await self.coordinator.process_hook_result(result, event, self.orchestrator_name)
 
     def _queue_ephemeral(self, result: HookResult) -> None:
         if result.action == "inject_context" and result.ephemeral and result.context_injection:
-            self.injections.append(
-                {
-                    "role": result.context_injection_role,
-                    "content": result.context_injection,
-                    "append_to_last_tool_result": result.append_to_last_tool_result,
-                }
-            )
+            self.injections.append(pending_injection(result))
 
     def _deny(self, result: HookResult) -> None:
         self.text = f"Operation denied: {result.reason or 'no reason given'}"
@@ -389,8 +377,7 @@ class _Turn:
     async def _finish(self) -> None:
         """The terminal events, exactly once, shielded so no cancel can drop them."""
         with anyio.CancelScope(shield=True), anyio.move_on_after(_FINISH_TIMEOUT):
-            if self.coordinator is not None:
-                await self.coordinator.flush_cancel_request()
+            await self.coordinator.flush_cancel_request()
             if self.status is TurnStatus.CANCELLED or self.token.is_cancelled:
                 await self.hooks.emit(
                     CANCEL_COMPLETED,

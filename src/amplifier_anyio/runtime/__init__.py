@@ -9,6 +9,7 @@ from .turn import (
     assistant_message,
     build_request,
     error_payload,
+    pending_injection,
     select_provider,
     tool_calls_of,
 )
@@ -21,6 +22,7 @@ __all__ = (
     "LOOP_LIMIT_REMINDER",
     "select_provider",
     "apply_injections",
+    "pending_injection",
     "build_request",
     "tool_calls_of",
     "assistant_message",

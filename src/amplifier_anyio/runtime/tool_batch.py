@@ -23,8 +23,11 @@ import anyio
 import attrs
 
 from ..events import TOOL_ERROR, TOOL_POST, TOOL_PRE
+from ..kernel.cancellation import CancellationToken
+from ..kernel.coordinator import ModuleCoordinator
 from ..kernel.tracing import ToolCallContext, current_trace_id, tool_call_scope
 from ..models import INVALID_ARGUMENTS_KEY, HookResult, ToolCall, ToolResult, unstructure
+from .turn import pending_injection
 
 __all__ = ("ToolBatchConfig", "ToolBatch", "cancelled_result", "CANCELLED_MESSAGE")
 
@@ -75,17 +78,23 @@ class ToolBatch:
     tools: dict[str, Any]
     hooks: Any
     coordinator: Any = None
+    """The coordinator that processes hook results; a fresh one when None."""
     config: ToolBatchConfig = attrs.field(factory=ToolBatchConfig)
     parallel_group_id: str = attrs.field(factory=lambda: str(uuid.uuid4()))
     pending_injections: list[dict[str, Any]] = attrs.field(factory=list)
     deferred_messages: list[dict[str, Any]] = attrs.field(factory=list)
     _slots: list[str | None] = attrs.field(init=False)
     _trace_id: str | None = attrs.field(init=False, factory=current_trace_id)
-    _token: Any = attrs.field(init=False, default=None)
+    _token: CancellationToken = attrs.field(init=False)
+    _is_async: dict[str, bool] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self._slots = [None] * len(self.calls)
-        self._token = getattr(self.coordinator, "cancellation", None)
+        if self.coordinator is None:
+            # A batch run on its own gets a coordinator of its own, so hook results take
+            # the one path (approval fails closed: it has no approval system).
+            self.coordinator = ModuleCoordinator()
+        self._token = self.coordinator.cancellation
 
     @property
     def finished(self) -> int:
@@ -155,18 +164,13 @@ class ToolBatch:
             "index": index,
         }
 
-    async def _emit(self, event: str, data: dict[str, Any], name: str) -> HookResult | None:
-        if not self.hooks.has_handlers(event):
-            return None
+    async def _emit(self, event: str, data: dict[str, Any], name: str) -> HookResult:
+        """Emit an event whose handlers exist (callers check, to skip building the payload)."""
         result: HookResult = await self.hooks.emit(event, data)
         if result.action == "inject_context" and result.context_injection:
             result = self._defer(result, event, name)
-        if self.coordinator is not None:
-            result = await self.coordinator.process_hook_result(result, event, name)
-        elif result.action == "ask_user":
-            # Nobody can approve without a coordinator: fail closed, as it would.
-            result = HookResult(action="deny", reason="No approval system available")
-        return result
+        processed: HookResult = await self.coordinator.process_hook_result(result, event, name)
+        return processed
 
     def _defer(self, result: HookResult, event: str, name: str) -> HookResult:
         """Hold a persistent injection until the batch's results are written.
@@ -176,13 +180,7 @@ class ToolBatch:
         as ephemeral (limits and user messages still apply).
         """
         if result.ephemeral:
-            self.pending_injections.append(
-                {
-                    "role": result.context_injection_role,
-                    "content": result.context_injection,
-                    "append_to_last_tool_result": result.append_to_last_tool_result,
-                }
-            )
+            self.pending_injections.append(pending_injection(result))
             return result
         self.deferred_messages.append(
             {
@@ -200,18 +198,16 @@ class ToolBatch:
         arriving during those hooks keeps the tool's real result. This is the per-call hot
         path: it stays flat (few coroutine frames) on purpose.
         """
-        token = self._token
-        if token is not None:
-            token.register_tool_start(call.id, call.name)
+        self._token.register_tool_start(call.id, call.name)
         try:
             tool_input, problem = _decode_arguments(call.arguments)
             if self.hooks.has_handlers(TOOL_PRE):
                 payload = self._payload(index, call, tool_input)
                 pre = await self._emit(TOOL_PRE, payload, call.name)
-                if pre is not None and pre.action == "deny":
+                if pre.action == "deny":
                     self._slots[index] = f"Denied by hook: {pre.reason or 'no reason given'}"
                     return
-                if pre is not None and pre.action == "modify" and pre.data is not None:
+                if pre.action == "modify" and pre.data is not None:
                     tool_input, problem = _decode_arguments(pre.data.get("tool_input", tool_input))
             tool = self.tools.get(call.name)
             if tool is None:
@@ -222,13 +218,11 @@ class ToolBatch:
             else:
                 result = await self._invoke(index, call, tool, tool_input)
             self._slots[index] = _content_of(result)
-            if self.hooks.has_handlers(TOOL_POST):
-                replaced = await self._post(index, call, tool_input, result)
-                if replaced is not None:
-                    self._slots[index] = replaced
+            replaced = await self._post(index, call, tool_input, result)
+            if replaced is not None:
+                self._slots[index] = replaced
         finally:
-            if token is not None:
-                token.register_tool_complete(call.id)
+            self._token.register_tool_complete(call.id)
 
     async def _invoke(self, index: int, call: ToolCall, tool: Any, tool_input: Any) -> ToolResult:
         """Execute the tool under its timeout, with its call context visible to it."""
@@ -243,12 +237,24 @@ class ToolBatch:
         with tool_call_scope(context):
             try:
                 if timeout is None:  # no cancel scope at all: one per call is measurable
-                    return _as_result(await _start(tool, tool_input))
+                    return _as_result(await self._start(call.name, tool, tool_input))
                 with anyio.move_on_after(timeout):
-                    return _as_result(await _start(tool, tool_input))
+                    return _as_result(await self._start(call.name, tool, tool_input))
             except Exception as exc:  # noqa: BLE001 - a failing tool is a result, not a crash
                 return await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
         return await self._error(index, call, "TimeoutError", f"timed out after {timeout} s")
+
+    def _start(self, name: str, tool: Any, tool_input: dict[str, Any]) -> Awaitable[Any]:
+        """The awaitable that runs the tool: its own coroutine when async (no extra frame)."""
+        execute = tool.execute
+        is_async = self._is_async.get(name)
+        if is_async is None:
+            # inspect costs microseconds: once per tool per batch, not once per call.
+            is_async = self._is_async[name] = inspect.iscoroutinefunction(execute)
+        if is_async:
+            result: Awaitable[Any] = execute(tool_input)
+            return result
+        return _in_thread(execute, tool_input)
 
     async def _error(self, index: int, call: ToolCall, kind: str, message: str) -> ToolResult:
         result = ToolResult(success=False, error={"message": message, "type": kind})
@@ -269,7 +275,7 @@ class ToolBatch:
         post = await self._emit(
             TOOL_POST, {**self._payload(index, call, tool_input), "result": sent}, call.name
         )
-        if post is None or post.action != "modify" or post.data is None:
+        if post.action != "modify" or post.data is None:
             return None
         replaced = post.data.get("result", sent)
         if replaced == sent:
@@ -307,15 +313,6 @@ def _decode_arguments(arguments: Any) -> tuple[Any, str | None]:
     return arguments, f"arguments must be a JSON object, not {type(arguments).__name__}"
 
 
-def _start(tool: Any, tool_input: dict[str, Any]) -> Awaitable[Any]:
-    """The awaitable that runs the tool: its own coroutine when async (no extra frame)."""
-    execute = tool.execute
-    if _is_async(execute):
-        result: Awaitable[Any] = execute(tool_input)
-        return result
-    return _in_thread(execute, tool_input)
-
-
 async def _in_thread(execute: Any, tool_input: dict[str, Any]) -> Any:
     # A synchronous tool blocks: run it in a worker thread, abandoned on cancel or timeout
     # (a thread cannot be interrupted; its late result is dropped).
@@ -323,22 +320,6 @@ async def _in_thread(execute: Any, tool_input: dict[str, Any]) -> Any:
     if inspect.isawaitable(result):
         result = await result
     return result
-
-
-_ASYNC_CACHE: dict[Any, bool] = {}
-
-
-def _is_async(execute: Any) -> bool:
-    # inspect.iscoroutinefunction costs microseconds; with 10 000 calls of one tool in a
-    # batch it shows. Keyed by the underlying function, so bound methods share an entry.
-    key = getattr(execute, "__func__", execute)
-    try:
-        return _ASYNC_CACHE[key]
-    except KeyError:
-        found = _ASYNC_CACHE[key] = inspect.iscoroutinefunction(execute)
-        return found
-    except TypeError:  # unhashable callable
-        return inspect.iscoroutinefunction(execute)
 
 
 def _as_result(value: Any) -> ToolResult:

@@ -6,12 +6,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError, LLMError
-from ..models import ChatRequest, ChatResponse, Message, ToolCall, ToolSpec, structure, unstructure
+from ..models import (
+    ChatRequest,
+    ChatResponse,
+    HookResult,
+    Message,
+    ToolCall,
+    ToolSpec,
+    structure,
+    unstructure,
+)
 
 __all__ = (
     "LOOP_LIMIT_REMINDER",
     "select_provider",
     "apply_injections",
+    "pending_injection",
     "build_request",
     "tool_calls_of",
     "assistant_message",
@@ -55,6 +65,15 @@ def select_provider(providers: Mapping[str, Any], default: str | None = None) ->
         key=lambda item: (_priority(item[1][1]), item[1][0] != default, item[0]),
     )
     return ranked[0][1]
+
+
+def pending_injection(result: HookResult) -> dict[str, Any]:
+    """The injection of a hook result as :func:`apply_injections` takes it."""
+    return {
+        "role": result.context_injection_role,
+        "content": result.context_injection,
+        "append_to_last_tool_result": result.append_to_last_tool_result,
+    }
 
 
 def apply_injections(
