@@ -130,7 +130,7 @@ class HookRegistry:
                 continue
             if reducer is None:
                 reducer = _Reduction(current)
-            if reducer.add(entry, result):
+            if reducer.add(result):
                 return result
             current = reducer.data
         if reducer is None:
@@ -213,7 +213,7 @@ class _Reduction:
         self.injections: list[HookResult] = []
         self.ask: HookResult | None = None
 
-    def add(self, entry: _Entry, result: HookResult) -> bool:
+    def add(self, result: HookResult) -> bool:
         action = result.action
         if action == "deny":
             return True
