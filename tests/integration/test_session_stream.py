@@ -33,13 +33,17 @@ async def test_events_arrive_in_order_and_the_stream_ends_with_the_turn() -> Non
     assert names.count("tool:post") == 2
 
 
-async def test_event_data_are_copies_with_session_fields() -> None:
-    async with AmplifierSession(PLAN) as session, session.stream("hi there") as events:
-        async for name, data in events:
-            assert data["session_id"] == session.session_id
-            data.clear()  # a copy: the handlers after the stream never see this
-            if name == "execution:end":
-                break
+async def test_event_data_carry_the_session_and_turn_fields() -> None:
+    trace_ids = set()
+    async with AmplifierSession(PLAN) as session:
+        async with session.stream("hi there") as events:
+            async for name, data in events:
+                assert data["session_id"] == session.session_id
+                assert "timestamp" in data
+                if name.startswith(("tool:", "provider:")):
+                    trace_ids.add(data["trace_id"])
+        assert session.last_result is not None
+    assert trace_ids == {session.last_result.trace_id}
 
 
 async def test_leaving_early_cancels_the_turn_and_closes_its_events() -> None:
