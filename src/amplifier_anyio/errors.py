@@ -7,6 +7,7 @@ Hierarchy::
     ├── ConfigError (+ ValueError) ........ a bad mount plan, module config or CLI input
     ├── ValidationError (+ ValueError) .... a payload that does not fit a model
     ├── ContextFileError (+ ValueError) ... a persisted context file with a corrupt line
+    ├── ContextWriteError ................. a turn could not write its context in time
     ├── ModuleNotFoundError ............... no resolver, entry point or package has the id
     ├── ModuleLoadError ................... found, but import or validation failed
     ├── MountError (+ ValueError) ......... misuse of the coordinator's mount points
@@ -42,6 +43,7 @@ __all__ = (
     "ConfigError",
     "ValidationError",
     "ContextFileError",
+    "ContextWriteError",
     "ModuleNotFoundError",
     "ModuleLoadError",
     "MountError",
@@ -129,6 +131,14 @@ class InjectionTooLargeError(AmplifierError, ValueError):
 
 class ApprovalTimeoutError(AmplifierError):
     """An approval system did not answer before its timeout."""
+
+
+class ContextWriteError(AmplifierError):
+    """A turn's context write failed or outlasted its bound (``write_timeout``).
+
+    The turn ends with status ``error``; ``__cause__`` is the context's own exception
+    when it raised. No request sends a tool call whose result was not written.
+    """
 
 
 class SessionError(AmplifierError, RuntimeError):

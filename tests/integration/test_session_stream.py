@@ -73,9 +73,9 @@ async def test_an_error_in_the_host_block_cancels_the_turn_and_propagates() -> N
                     raise KeyError(name)
 
     async with AmplifierSession(PLAN) as session:
-        with pytest.raises(ExceptionGroup) as caught:
+        # The host's own exception, as raised: never wrapped in an ExceptionGroup.
+        with pytest.raises(KeyError, match="tool:pre"):
             await consume(session)
-        assert caught.group_contains(KeyError)
         # the session is usable again afterwards
         result = await session.run("again")
         assert result.status is TurnStatus.SUCCESS

@@ -123,25 +123,39 @@ def test_unregistered_child_is_left_alone() -> None:
 # -- reset -----------------------------------------------------------------------------------
 
 
-async def test_reset_starts_over_but_keeps_children_and_callbacks() -> None:
-    token, child = CancellationToken(), CancellationToken()
+async def test_a_token_is_never_reset_and_runs_each_callback_once() -> None:
+    token = CancellationToken()
     fired: list[str] = []
-    token.register_child(child)
-    token.on_cancel(lambda: fired.append("callback"))
-    token.register_tool_start("call-1", "bash")
+    token.on_cancel(lambda: fired.append("first"))
     token.request_immediate()
+    assert not hasattr(token, "reset")  # a new turn gets a new token instead
 
-    token.reset()
-
-    assert snapshot(token) == ("none", False, False, False)
-    assert token.running_tools == set()
-    # The same child and callback still belong to the token after a reset.
-    child.reset()
-    token.request_graceful()
-    assert child.is_graceful
     await token.trigger_callbacks()
-    assert fired == ["callback"]
-    assert token.statistics().children == 1
+    token.on_cancel(lambda: fired.append("late"))
+    await token.trigger_callbacks()
+    await token.trigger_callbacks()
+
+    assert fired == ["first", "late"]
+    assert token.is_immediate  # like a trio Event: cancelled stays cancelled
+
+
+async def test_request_runs_the_callbacks_before_it_cancels_the_scopes() -> None:
+    token = CancellationToken()
+    seen: list[str] = []
+
+    async def slow_callback() -> None:
+        await anyio.lowlevel.checkpoint()  # would raise if the scope were cancelled first
+        seen.append("async callback")
+
+    token.on_cancel(lambda: seen.append("sync callback"))
+    token.on_cancel(slow_callback)
+    with anyio.CancelScope() as scope, token.bind_scope(scope):
+        await token.request(immediate=True)
+        seen.append("not reached")  # the request's own checkpoint delivers the cancel
+
+    assert seen == ["sync callback", "async callback"]
+    assert scope.cancelled_caught
+    assert await token.request(immediate=True) is False
 
 
 # -- running tools ---------------------------------------------------------------------------

@@ -422,7 +422,7 @@ async def test_request_cancel_only_acts_when_the_state_changes() -> None:
     await coordinator.request_cancel()
 
     assert levels == ["graceful", "immediate"]
-    assert callbacks == ["cb", "cb"]
+    assert callbacks == ["cb"]  # each callback runs once per token
     assert coordinator.cancellation.is_immediate
 
 
@@ -523,7 +523,7 @@ async def test_flush_without_a_pending_request_does_nothing() -> None:
     assert events == []
 
 
-async def test_reset_turn_resets_the_token_and_drops_a_pending_request() -> None:
+async def test_begin_turn_gives_a_fresh_token_and_drops_a_pending_request() -> None:
     coordinator = make_coordinator()
     events: list[str] = []
 
@@ -532,25 +532,29 @@ async def test_reset_turn_resets_the_token_and_drops_a_pending_request() -> None
 
     coordinator.hooks.register(CANCEL_REQUESTED, on_requested)
     coordinator.request_cancel_nowait(immediate=True)
+    old = coordinator.cancellation
 
-    coordinator.reset_turn()
+    new = coordinator.begin_turn()
     await coordinator.flush_cancel_request()
 
     assert events == []
+    assert new is coordinator.cancellation is coordinator.claim_turn()
+    assert old.is_immediate  # the old turn's token is never reset
     assert not coordinator.cancellation.is_cancelled
+    assert coordinator.claim_turn() is not new  # claimed once; then a fresh one
     # A new turn can be cancelled again, and it is reported again.
     await coordinator.request_cancel()
     assert events == ["graceful"]
 
 
-async def test_reset_turn_zeroes_the_injection_budget(caplog: pytest.LogCaptureFixture) -> None:
+async def test_begin_turn_zeroes_the_injection_budget(caplog: pytest.LogCaptureFixture) -> None:
     # 40 characters is ~10 tokens; the budget of 15 is exceeded by the second injection.
     coordinator = make_coordinator({"injection_budget_per_turn": 15})
     note = HookResult(action="inject_context", context_injection="x" * 40, ephemeral=True)
 
     await coordinator.process_hook_result(note, "tool:post", "h")
     assert "over budget" not in caplog.text
-    coordinator.reset_turn()
+    coordinator.begin_turn()
     await coordinator.process_hook_result(note, "tool:post", "h")
     assert "over budget" not in caplog.text
     await coordinator.process_hook_result(note, "tool:post", "h")

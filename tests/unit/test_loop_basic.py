@@ -21,6 +21,7 @@ from amplifier_anyio.events import (
     TOOL_POST,
     TOOL_PRE,
 )
+from amplifier_anyio.kernel.cancellation import CancellationToken
 from amplifier_anyio.kernel.turns import TurnResult
 from amplifier_anyio.models import (
     ChatRequest,
@@ -636,16 +637,22 @@ async def test_immediate_cancel_works_without_a_coordinator() -> None:
     hooks = MockCoordinator().hooks
     recorder = EventRecorder()
     recorder.attach(hooks)
+    token = CancellationToken()  # the caller accepts the turn, so it holds the token
 
     async def cancel_now() -> None:
         await anyio.lowlevel.checkpoint()
-        orchestrator.cancellation.request_immediate()
+        token.request_immediate()
 
     context = MockContextManager()
     provider = ScriptedProvider([calling("cancel"), text("never reached")])
 
     result = await orchestrator.run_turn(
-        "hi", context, {"p": provider}, {"cancel": CancellingTool(cancel_now)}, hooks
+        "hi",
+        context,
+        {"p": provider},
+        {"cancel": CancellingTool(cancel_now)},
+        hooks,
+        cancellation=token,
     )
 
     assert result.status == "cancelled"

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
+from amplifier_anyio.errors import ConfigError
 from amplifier_anyio.events import TOOL_ERROR, TOOL_POST, TOOL_PRE
 from amplifier_anyio.kernel.tracing import ToolCallContext, current_tool_call, trace_scope
 from amplifier_anyio.models import ChatResponse, HookResult, TextBlock, ToolCall, ToolResult
@@ -529,13 +530,16 @@ async def test_sequential_batches_run_one_call_at_a_time_in_call_order() -> None
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"max_parallel_tools": 0}, "max_parallel_tools must be at least 1"),
-        ({"tool_timeout": 0}, "tool_timeout must be positive"),
-        ({"tool_timeout": -1.5}, "tool_timeout must be positive"),
+        ({"max_parallel_tools": 0}, "max_parallel_tools: expected an integer >= 1, got 0"),
+        ({"max_parallel_tools": True}, "max_parallel_tools: expected an integer"),
+        ({"tool_timeout": 0}, "tool_timeout: expected a finite number > 0, got 0"),
+        ({"tool_timeout": -1.5}, "tool_timeout: expected a finite number > 0"),
+        ({"tool_timeout": float("nan")}, "tool_timeout: expected a finite number > 0, got nan"),
+        ({"write_timeout": float("inf")}, "write_timeout: expected a finite number > 0"),
     ],
 )
 def test_batch_config_rejects_impossible_values(options: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         ToolBatchConfig(**options)
 
 

@@ -21,8 +21,8 @@ from ..kernel.turns import TurnStatus
 from ..models import ChatResponse, HookResult, TextBlock, ToolCall, ToolResult
 from ..orchestrators.loop_basic import LoopBasicOrchestrator
 from ..providers.scripted import ScriptedProvider
+from ..runtime import assistant_message
 from ..runtime.tool_batch import ToolBatch
-from ..runtime.turn import assistant_message
 
 __all__ = (
     "Job",

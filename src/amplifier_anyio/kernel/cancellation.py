@@ -1,10 +1,15 @@
-"""The cancellation token, wired to cancel scopes.
+"""The cancellation token of one turn, wired to cancel scopes.
 
-States only move forward: none → graceful → immediate. Graceful is a request: the
-orchestrator lets the running tool batch finish and stops at its next checkpoint.
-Immediate is structural: every cancel scope bound to the token (each orchestrator turn
-binds its own) is cancelled, so an in-flight provider call or tool is interrupted at its
-next checkpoint — no polling needed.
+States only move forward: none → graceful → immediate, and never back: like a trio
+``Event``, a token that was cancelled stays cancelled, so every turn gets a fresh one
+(created by whoever accepts the turn; see ``ModuleCoordinator.begin_turn``). Graceful is
+a request: the turn lets the running tool batch finish and stops before its next provider
+call. Immediate is structural: every cancel scope bound to the token (the turn binds its
+own) is cancelled, so an in-flight provider call, hook or tool is interrupted at its next
+checkpoint — no polling needed.
+
+``on_cancel`` callbacks run once each. :meth:`CancellationToken.request` runs them *before*
+it cancels the bound scopes, so a tool that stops its own turn still sees them run.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ class CancellationStatistics:
 
 
 class CancellationToken:
-    """Graceful / immediate cancellation for a session's turns."""
+    """Graceful / immediate cancellation of one turn (a fresh token per turn)."""
 
     def __init__(self) -> None:
         self._state = CancellationState.NONE
@@ -54,6 +59,7 @@ class CancellationToken:
         self._children: list[CancellationToken] = []
         self._callbacks: list[CancelCallback] = []
         self._scopes: list[anyio.CancelScope] = []
+        self._fired = 0  # how many callbacks have run: each runs once
 
     @property
     def state(self) -> CancellationState:
@@ -103,22 +109,45 @@ class CancellationToken:
         return True
 
     def request_immediate(self) -> bool:
-        """Cancel the bound turn scopes now. True if the state changed."""
+        """Cancel the bound turn scopes now. True if the state changed.
+
+        Synchronous, so the ``on_cancel`` callbacks are left for the next
+        :meth:`trigger_callbacks` (the turn runs them before its terminal events); use
+        :meth:`request` to run them first.
+        """
         if self._state is CancellationState.IMMEDIATE:
             return False
         self._state = CancellationState.IMMEDIATE
-        for scope in tuple(self._scopes):
-            scope.cancel()
-        for child in tuple(self._children):
-            child.request_immediate()
+        self._cancel_scopes()
         return True
 
     request_cancellation = request_graceful
 
-    def reset(self) -> None:
-        """Back to none, for a new turn; children, callbacks and bound scopes are kept."""
-        self._state = CancellationState.NONE
-        self._running.clear()
+    async def request(self, immediate: bool = False) -> bool:
+        """Cancel, running the ``on_cancel`` callbacks before any bound scope is cancelled.
+
+        From inside the turn (a tool that stops its own turn) the callbacks therefore run
+        to completion; the caller is then cancelled at its next checkpoint. Returns True
+        if the state changed.
+        """
+        if self._state is CancellationState.IMMEDIATE or (self.is_graceful and not immediate):
+            await anyio.lowlevel.checkpoint()
+            return False
+        if not immediate:
+            self.request_graceful()
+            await self.trigger_callbacks()
+            return True
+        self._state = CancellationState.IMMEDIATE
+        await self._run_callbacks()
+        self._cancel_scopes()
+        await anyio.lowlevel.checkpoint()
+        return True
+
+    def _cancel_scopes(self) -> None:
+        for scope in tuple(self._scopes):
+            scope.cancel()
+        for child in tuple(self._children):
+            child.request_immediate()
 
     def register_child(self, child: CancellationToken) -> None:
         """Propagate this token's requests to ``child``, starting with its current state."""
@@ -148,13 +177,22 @@ class CancellationToken:
             self._scopes.remove(scope)
 
     def on_cancel(self, callback: CancelCallback) -> None:
-        """Run ``callback`` (sync or async) when :meth:`trigger_callbacks` is called."""
+        """Run ``callback`` (sync or async) once, when this token's cancellation is carried out."""
         self._callbacks.append(callback)
 
     async def trigger_callbacks(self) -> None:
-        """Run the callbacks in order; a failing one is logged and the rest still run."""
+        """Run the callbacks that have not run yet, in order.
+
+        A failing one is logged and the rest still run. Always a checkpoint (at the end,
+        so a cancelled caller still runs every callback first).
+        """
+        await self._run_callbacks()
         await anyio.lowlevel.checkpoint()
-        for callback in tuple(self._callbacks):
+
+    async def _run_callbacks(self) -> None:
+        while self._fired < len(self._callbacks):
+            callback = self._callbacks[self._fired]
+            self._fired += 1
             try:
                 result = callback()
                 if inspect.isawaitable(result):

@@ -54,6 +54,7 @@ class ModuleCoordinator:
         self.display_system = display_system
         self.hooks = HookRegistry()
         self.cancellation = CancellationToken()
+        """The current (or last) turn's token; replaced by :meth:`begin_turn`."""
         self.mount_points: dict[str, Any] = {
             "orchestrator": None,
             "providers": {},
@@ -68,6 +69,7 @@ class ModuleCoordinator:
         self._cleanup_fns: list[Callable[[], Any]] = []
         self._turn_injection_tokens = 0
         self._pending_cancel: dict[str, Any] | None = None
+        self._accepted: CancellationToken | None = None
 
     # -- identity and config -------------------------------------------------------------
 
@@ -219,23 +221,24 @@ class ModuleCoordinator:
     # -- cancellation --------------------------------------------------------------------
 
     async def request_cancel(self, immediate: bool = False) -> None:
-        """Emit ``cancel:requested``, set the token (cancelling bound turns), run callbacks.
+        """Emit ``cancel:requested``, run the ``on_cancel`` callbacks, then cancel the turn.
 
-        The event comes first so it is recorded before the turn's own terminal events.
-        Nothing happens when the token is already at (or past) the requested level.
+        In that order: the request is recorded before the turn's own terminal events, and
+        a tool or hook that stops its own turn still sees every callback run (the bound
+        scopes are cancelled last). Nothing happens when the current turn's token is
+        already at (or past) the requested level.
         """
         payload = self._cancel_payload(immediate)
         if payload is None:
             await anyio.lowlevel.checkpoint()
             return
         await self.hooks.emit(CANCEL_REQUESTED, payload)
-        self._set_token(immediate)
-        await self.cancellation.trigger_callbacks()
+        await self.cancellation.request(immediate)
 
     def request_cancel_nowait(self, immediate: bool = False) -> bool:
-        """Set the token now, from synchronous code; the event and callbacks follow later.
+        """Set the current turn's token now, from synchronous code.
 
-        The running orchestrator emits ``cancel:requested`` and runs the callbacks (see
+        The running turn emits ``cancel:requested`` and runs the callbacks (see
         :meth:`flush_cancel_request`) before its terminal events. Returns True if the
         state changed.
         """
@@ -244,16 +247,18 @@ class ModuleCoordinator:
             return False
         if self._pending_cancel is None or immediate:
             self._pending_cancel = payload
-        self._set_token(immediate)
+        if immediate:
+            self.cancellation.request_immediate()
+        else:
+            self.cancellation.request_graceful()
         return True
 
     async def flush_cancel_request(self) -> None:
-        """Emit the ``cancel:requested`` of a :meth:`request_cancel_nowait`, if one is due."""
+        """Emit the ``cancel:requested`` of a :meth:`request_cancel_nowait`, if one is due,
+        and run the callbacks that have not run yet."""
         payload, self._pending_cancel = self._pending_cancel, None
-        if payload is None:
-            await anyio.lowlevel.checkpoint()
-            return
-        await self.hooks.emit(CANCEL_REQUESTED, payload)
+        if payload is not None:
+            await self.hooks.emit(CANCEL_REQUESTED, payload)
         await self.cancellation.trigger_callbacks()
 
     def _cancel_payload(self, immediate: bool) -> dict[str, Any] | None:
@@ -266,17 +271,30 @@ class ModuleCoordinator:
             "running_tool_names": token.running_tool_names,
         }
 
-    def _set_token(self, immediate: bool) -> None:
-        if immediate:
-            self.cancellation.request_immediate()
-        else:
-            self.cancellation.request_graceful()
+    # -- turns ---------------------------------------------------------------------------
 
-    def reset_turn(self) -> None:
-        """Start a new turn: zero the injection counter and reset the token."""
+    def begin_turn(self, token: CancellationToken | None = None) -> CancellationToken:
+        """Accept a new turn: a fresh token (or ``token``) becomes :attr:`cancellation`.
+
+        Synchronous, so a session calls it on the first line of ``run()``: a cancel that
+        arrives while the turn is still starting lands on the turn's own token. The next
+        :meth:`claim_turn` hands this token to the turn engine.
+        """
+        token = token if token is not None else CancellationToken()
+        self.cancellation = token
+        self._accepted = token
         self._turn_injection_tokens = 0
         self._pending_cancel = None
-        self.cancellation.reset()
+        return token
+
+    def claim_turn(self, token: CancellationToken | None = None) -> CancellationToken:
+        """The token of the turn about to run: ``token``, else the one accepted by
+        :meth:`begin_turn`, else a fresh one. Each accepted token is claimed once."""
+        if token is not None or self._accepted is None:
+            self.begin_turn(token)
+        accepted, self._accepted = self._accepted, None
+        assert accepted is not None
+        return accepted
 
     # -- hook results --------------------------------------------------------------------
 

@@ -1,10 +1,15 @@
 """A turn whose events the host reads as a stream: ``session.stream(prompt)``.
 
-The turn runs in a task of a task group entered by ``__aenter__`` and left by
+The turn is accepted by ``__aenter__`` itself, before it returns (so a busy or closed
+session raises :class:`SessionError` right there, and leaving the block can always cancel
+the turn), then runs in a task of a task group entered by ``__aenter__`` and left by
 ``__aexit__`` (a class, not a generator, so nothing yields from inside the group). Every
 event of the session is sent, as ``(name, data)``, into an unbounded memory object stream
 that ends when the turn ends. Leaving the block before the turn is over cancels the turn
 (immediately) and waits for it to close its events.
+
+No exception group reaches the host: the turn's own exception is kept by its task and
+re-raised by ``__aexit__``, and the host's exception leaves the block as it entered it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..events import ALL_EVENTS
+from .cancellation import CancellationToken
 from .turns import TurnResult
 
 if TYPE_CHECKING:
@@ -42,9 +48,11 @@ class TurnEventStream:
         self._unregister: list[Callable[[], None]] = []
         self._done = anyio.Event()
         self._receive: MemoryObjectReceiveStream[Event] | None = None
+        self._error: BaseException | None = None
         self.result: TurnResult | None = None
 
     async def __aenter__(self) -> MemoryObjectReceiveStream[Event]:
+        token = self._session._accept_turn()
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         hooks = self._session.coordinator.hooks
 
@@ -57,15 +65,18 @@ class TurnEventStream:
         ]
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
-        self._group.start_soon(self._run, send)
+        self._group.start_soon(self._run, send, token)
         self._receive = receive
         return receive
 
-    async def _run(self, send: MemoryObjectSendStream[Event]) -> None:
+    async def _run(self, send: MemoryObjectSendStream[Event], token: CancellationToken) -> None:
         try:
             async with send:
-                self.result = await self._session.run(self._prompt)
+                self.result = await self._session._run_accepted(self._prompt, token)
+        except Exception as exc:  # noqa: BLE001 - re-raised by __aexit__, outside the group
+            self._error = exc
         finally:
+            self._session._turn = None
             for unregister in self._unregister:
                 unregister()
             self._done.set()
@@ -75,8 +86,15 @@ class TurnEventStream:
         if not self._done.is_set():
             # The host left early (a break, an error): stop the turn rather than wait for it.
             self._session.cancel(immediate=True)
+        host_error = exc_info[1]
         try:
-            return await self._group.__aexit__(*exc_info)
+            if isinstance(host_error, anyio.get_cancelled_exc_class()):
+                # The host's own cancellation must reach the group's scope as it is.
+                return await self._group.__aexit__(*exc_info)
+            await self._group.__aexit__(None, None, None)
         finally:
             if self._receive is not None:
                 self._receive.close()
+        if self._error is not None and host_error is None:
+            raise self._error
+        return None

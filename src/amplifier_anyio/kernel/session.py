@@ -9,10 +9,16 @@ stops the session from starting; a failing provider, tool or hook is reported as
 ``run()`` never turns the host's own cancellation into a return value: if the host
 cancels, the turn closes its events, the cancellation propagates, and ``async with``
 still cleans up.
+
+The life cycle follows httpx's client: UNOPENED → OPENED → CLOSED (:class:`SessionState`).
+Modules are mounted once, under a lock, by ``async with`` or the first ``run()``; one
+turn runs at a time; a closed session refuses every use with :class:`SessionError`
+rather than silently mounting everything again.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import uuid
 from datetime import UTC, datetime
@@ -32,18 +38,30 @@ from ..events import (
     SESSION_START,
 )
 from ..interfaces import ApprovalSystem, DisplaySystem
+from .cancellation import CancellationToken
 from .coordinator import ModuleCoordinator
 from .event_stream import TurnEventStream
 from .loader import ModuleLoader
 from .mount_plan import ModuleSpec, MountPlan
 from .turns import TurnResult, TurnStatus
 
-__all__ = ("AmplifierSession", "SessionStatus", "TurnResult", "TurnStatus")
+__all__ = ("AmplifierSession", "SessionState", "SessionStatus", "TurnResult", "TurnStatus")
 
 logger = logging.getLogger(__name__)
 
 _END_TIMEOUT = 10.0  # seconds the shielded session:end emit may take
 _MOUNT_POINT_OF = {"orchestrator": "orchestrator", "context": "context", "provider": "providers"}
+
+
+class SessionState(enum.Enum):
+    """Where a session is in its life cycle; it only moves forward."""
+
+    UNOPENED = "unopened"
+    """Nothing mounted yet."""
+    OPENED = "opened"
+    """Modules mounted (by ``async with`` or the first ``run()``); turns may run."""
+    CLOSED = "closed"
+    """Cleaned up; any further use raises :class:`SessionError`."""
 
 
 @attrs.define(eq=False)
@@ -93,10 +111,21 @@ class AmplifierSession:
         self.loader = loader or ModuleLoader(coordinator=self.coordinator)
         self.coordinator.loader = self.loader
         self.status = SessionStatus(session_id=self.session_id)
-        self.initialized = False
-        self._started = False
-        self._turn_running = False
         self.last_result: TurnResult | None = None
+        self._state = SessionState.UNOPENED
+        self._init_lock = anyio.Lock()
+        self._started = False
+        self._turn: CancellationToken | None = None
+
+    @property
+    def state(self) -> SessionState:
+        """Where the session is in its life cycle."""
+        return self._state
+
+    @property
+    def initialized(self) -> bool:
+        """True while the session's modules are mounted (state OPENED)."""
+        return self._state is SessionState.OPENED
 
     @property
     def config(self) -> dict[str, Any]:
@@ -104,6 +133,9 @@ class AmplifierSession:
         return self.plan.raw if self.plan is not None else {}
 
     async def __aenter__(self) -> AmplifierSession:
+        if self._state is not SessionState.UNOPENED:
+            msg = f"a session can be opened once (this one is {self._state.value})"
+            raise SessionError(msg)
         await self.initialize()
         return self
 
@@ -113,10 +145,19 @@ class AmplifierSession:
     # -- loading ---------------------------------------------------------------------------
 
     async def initialize(self) -> None:
-        """Load and mount the plan's modules; idempotent."""
-        if self.initialized:
-            await anyio.lowlevel.checkpoint()
-            return
+        """Load and mount the plan's modules, once (concurrent callers wait for it)."""
+        async with self._init_lock:
+            self._check_open()
+            if self._state is SessionState.OPENED:
+                return
+            await self._initialize()
+
+    def _check_open(self) -> None:
+        if self._state is SessionState.CLOSED:
+            msg = "the session is closed"
+            raise SessionError(msg)
+
+    async def _initialize(self) -> None:
         plan = self.plan
         if plan is None:
             assert self._plan_path is not None
@@ -137,7 +178,7 @@ class AmplifierSession:
                 await self.coordinator.cleanup()
             self.loader.cleanup()
             raise
-        self.initialized = True
+        self._state = SessionState.OPENED
         if self.parent_id is not None:
             await self.coordinator.hooks.emit(
                 SESSION_FORK, {"parent": self.parent_id, "session_id": self.session_id}
@@ -185,17 +226,35 @@ class AmplifierSession:
     # -- turns -----------------------------------------------------------------------------
 
     async def run(self, prompt: str) -> TurnResult:
-        """Run one turn. A turn cancelled through the session returns status ``cancelled``."""
-        await self.initialize()
-        if self._turn_running:
+        """Run one turn. A turn cancelled through the session returns status ``cancelled``.
+
+        Raises :class:`SessionError` when a turn is already running or the session is
+        closed; mounts the plan's modules first if ``async with`` did not.
+        """
+        token = self._accept_turn()
+        try:
+            return await self._run_accepted(prompt, token)
+        finally:
+            self._turn = None
+
+    def _accept_turn(self) -> CancellationToken:
+        """Take the turn on, before any await: from here on ``cancel()`` reaches it."""
+        self._check_open()
+        if self._turn is not None:
             msg = "a turn is already running in this session"
             raise SessionError(msg)
-        self._turn_running = True
+        self._turn = self.coordinator.begin_turn()
+        return self._turn
+
+    async def _run_accepted(self, prompt: str, token: CancellationToken) -> TurnResult:
         try:
-            await self._announce()
+            await self.initialize()
+            # session:start hooks belong to the turn they announce: its cancel stops them.
+            with anyio.CancelScope() as scope, token.bind_scope(scope):
+                await self._announce()
             result = await self._run_turn(prompt)
             # A cancel() that arrived while the turn was closing its events is recorded
-            # now rather than dropped by the next turn's reset.
+            # now rather than dropped.
             await self.coordinator.flush_cancel_request()
         except anyio.get_cancelled_exc_class():
             self.status.status = "cancelled"
@@ -204,8 +263,6 @@ class AmplifierSession:
             self.status.status = "failed"
             self.status.last_error = {"type": type(exc).__name__, "message": str(exc)}
             raise
-        finally:
-            self._turn_running = False
         self._record(result)
         self.last_result = result
         return result
@@ -221,19 +278,25 @@ class AmplifierSession:
         """Run one turn while the host reads its events as a stream.
 
         ``async with session.stream(prompt) as events:`` gives a receive stream of
-        ``(name, data)`` pairs that ends with the turn; the block's exit waits for the turn
-        (cancelling it if the host leaves early). The TurnResult is then in ``.result``
-        of the stream object and in :attr:`last_result`.
+        ``(name, data)`` pairs that ends with the turn. The turn is accepted when the
+        block is entered (a :class:`SessionError` then, if one is running); leaving the
+        block before the turn is over cancels it (immediately) and waits for it. The
+        TurnResult is then in ``.result`` of the stream object and in :attr:`last_result`.
         """
         return TurnEventStream(self, prompt)
 
-    def cancel(self, immediate: bool = False) -> None:
-        """Ask the running turn to stop: after the tool batch, or (immediate) right now.
+    def cancel(self, immediate: bool = False) -> bool:
+        """Ask the running turn to stop: before its next provider call, or (immediate) now.
 
-        Synchronous and safe from any task of the session's event loop; from another
-        thread use ``anyio.from_thread.run_sync(session.cancel, True)``.
+        Returns whether a turn was in progress (also one still starting: mounting
+        modules, running ``session:start`` hooks). Synchronous and safe from any task of
+        the session's event loop; from another thread use
+        ``anyio.from_thread.run_sync(session.cancel, True)``.
         """
+        if self._turn is None:
+            return False
         self.coordinator.request_cancel_nowait(immediate)
+        return True
 
     async def _announce(self) -> None:
         if self._started:
@@ -266,9 +329,8 @@ class AmplifierSession:
         return await self._run_foreign(orchestrator, args)
 
     async def _run_foreign(self, orchestrator: Any, args: tuple[Any, ...]) -> TurnResult:
-        """An orchestrator with only ``execute``: the session binds the cancel scope."""
-        token = self.coordinator.cancellation
-        self.coordinator.reset_turn()
+        """An orchestrator with only ``execute``: the session binds the turn's cancel scope."""
+        token = self.coordinator.claim_turn()
         text, status, error = "", TurnStatus.SUCCESS, None
         with anyio.CancelScope() as scope, token.bind_scope(scope):
             try:
@@ -277,7 +339,7 @@ class AmplifierSession:
                 status, error = TurnStatus.ERROR, exc
         if scope.cancelled_caught or (token.is_cancelled and status is TurnStatus.SUCCESS):
             status = TurnStatus.CANCELLED
-            with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT):
                 await self.coordinator.flush_cancel_request()
                 await self.coordinator.hooks.emit(
                     CANCEL_COMPLETED, {"was_immediate": token.is_immediate}
@@ -300,9 +362,15 @@ class AmplifierSession:
     # -- the end ---------------------------------------------------------------------------
 
     async def cleanup(self) -> None:
-        """Emit ``session:end`` (if initialized), run cleanups in reverse, shielded and bounded."""
+        """Emit ``session:end`` (if opened), run cleanups in reverse, shielded and bounded.
+
+        The session is CLOSED afterwards, whatever happened; a second call does nothing.
+        """
+        if self._state is SessionState.CLOSED:
+            await anyio.lowlevel.checkpoint()
+            return
         try:
-            if self.initialized:
+            if self._state is SessionState.OPENED:
                 self.status.ended_at = datetime.now(UTC)
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT):
                     await self.coordinator.hooks.emit(
@@ -310,7 +378,7 @@ class AmplifierSession:
                     )
             await self.coordinator.cleanup()
         finally:
-            self.initialized = False
+            self._state = SessionState.CLOSED
             self.loader.cleanup()
 
 

@@ -28,7 +28,10 @@ class TurnStatus(enum.StrEnum):
 class TurnResult:
     """What one turn produced.
 
-    ``turn_count`` is the number of provider calls; ``usage`` their summed token usage.
+    ``turn_count`` is the number of provider calls; ``usage`` their summed token usage;
+    ``finish_reason`` the last response's. ``problems`` lists what went wrong without
+    ending the turn on its own: a terminal event whose observers outlasted their bound, a
+    context write that failed or gave up (each also logged at error level).
     """
 
     text: str
@@ -37,3 +40,5 @@ class TurnResult:
     usage: Usage = attrs.field(factory=Usage)
     error: BaseException | None = attrs.field(default=None, eq=False)
     trace_id: str | None = None
+    finish_reason: str | None = None
+    problems: tuple[str, ...] = ()

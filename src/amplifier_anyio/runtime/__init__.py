@@ -1,10 +1,12 @@
-"""What every orchestrator shares: the structured tool batch and the turn helpers."""
+"""What every orchestrator shares: the turn engine, the structured tool batch, the
+request helpers and the stream relay."""
 
 from __future__ import annotations
 
-from .tool_batch import CANCELLED_MESSAGE, ToolBatch, ToolBatchConfig, cancelled_result
-from .turn import (
+from ._requests import (
     LOOP_LIMIT_REMINDER,
+    LOST_RESULT,
+    answer_orphaned_calls,
     apply_injections,
     assistant_message,
     build_request,
@@ -13,13 +15,23 @@ from .turn import (
     select_provider,
     tool_calls_of,
 )
+from .streaming import STREAM_EVENTS, relay_stream, stream_payload
+from .tool_batch import CANCELLED_MESSAGE, ToolBatch, ToolBatchConfig, cancelled_result
+from .turn import ToolRunner, Turn, TurnConfig
 
 __all__ = (
+    # the engine
+    "Turn",
+    "TurnConfig",
+    "ToolRunner",
+    # tool batches
     "ToolBatch",
     "ToolBatchConfig",
     "cancelled_result",
     "CANCELLED_MESSAGE",
+    # requests
     "LOOP_LIMIT_REMINDER",
+    "LOST_RESULT",
     "select_provider",
     "apply_injections",
     "pending_injection",
@@ -27,4 +39,9 @@ __all__ = (
     "tool_calls_of",
     "assistant_message",
     "error_payload",
+    "answer_orphaned_calls",
+    # streams
+    "STREAM_EVENTS",
+    "relay_stream",
+    "stream_payload",
 )

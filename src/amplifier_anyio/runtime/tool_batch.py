@@ -7,6 +7,19 @@ normally, by an immediate cancel, by the host's own cancel scope — the writing
 a ``finally`` under a bounded shield: finished calls keep their real result and only the
 unfinished ones get :func:`cancelled_result`. So no call is left unanswered and no finished
 result is lost.
+
+Both context writes (the assistant message before the calls, the results after) are
+shielded and bounded by ``write_timeout``. A write that fails or gives up is recorded in
+:attr:`ToolBatch.problems` (and logged at error level) and the batch raises
+:class:`~amplifier_anyio.errors.ContextWriteError` — unless a cancellation is already on
+its way out, which it never replaces. When the assistant message could not be written
+no tool runs, so no result can land without its call.
+
+A synchronous tool runs in a worker thread that the batch waits for, even on cancel: a
+thread cannot be interrupted, and abandoning it would let its side effect happen after
+the turn reported the call cancelled. A tool that wants to stop early calls
+``anyio.from_thread.check_cancelled()``. ``abandon_sync_tools`` opts back into
+abandoning (giving up the guarantee that nothing of the turn runs after it returns).
 """
 
 from __future__ import annotations
@@ -15,19 +28,21 @@ import inspect
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
 import anyio
 import attrs
 
+from ..errors import ContextWriteError
 from ..events import TOOL_ERROR, TOOL_POST, TOOL_PRE
 from ..kernel.cancellation import CancellationToken
 from ..kernel.coordinator import ModuleCoordinator
 from ..kernel.tracing import ToolCallContext, current_trace_id, tool_call_scope
 from ..models import INVALID_ARGUMENTS_KEY, HookResult, ToolCall, ToolResult, unstructure
-from .turn import pending_injection
+from ..models._validators import number
+from ._requests import pending_injection
 
 __all__ = ("ToolBatchConfig", "ToolBatch", "cancelled_result", "CANCELLED_MESSAGE")
 
@@ -35,8 +50,6 @@ logger = logging.getLogger(__name__)
 
 CANCELLED_MESSAGE = "Tool execution was cancelled"
 """The ``error`` text of the result given to a call that had not finished."""
-
-_WRITE_TIMEOUT = 30.0  # seconds the shielded write of results may take
 
 
 def cancelled_result(tool_name: str) -> ToolResult:
@@ -50,19 +63,17 @@ def cancelled_result(tool_name: str) -> ToolResult:
 
 @attrs.frozen(kw_only=True)
 class ToolBatchConfig:
-    """How a batch runs: in parallel or not, how many at once, how long each may take."""
+    """How a batch runs: in parallel or not, how many at once, how long each may take
+    (seconds), how long each shielded context write may take, and whether synchronous
+    tools are abandoned on cancel (off: the batch waits for their threads)."""
 
     parallel: bool = True
-    max_parallel_tools: int | None = None
-    tool_timeout: float | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if self.max_parallel_tools is not None and self.max_parallel_tools < 1:
-            msg = f"max_parallel_tools must be at least 1, not {self.max_parallel_tools}"
-            raise ValueError(msg)
-        if self.tool_timeout is not None and self.tool_timeout <= 0:
-            msg = f"tool_timeout must be positive, not {self.tool_timeout}"
-            raise ValueError(msg)
+    max_parallel_tools: int | None = attrs.field(
+        default=None, validator=number(minimum=1, exclusive=False, optional=True, integer=True)
+    )
+    tool_timeout: float | None = attrs.field(default=None, validator=number(optional=True))
+    write_timeout: float = attrs.field(default=5.0, validator=number())
+    abandon_sync_tools: bool = False
 
 
 @attrs.define(eq=False)
@@ -83,6 +94,8 @@ class ToolBatch:
     parallel_group_id: str = attrs.field(factory=lambda: str(uuid.uuid4()))
     pending_injections: list[dict[str, Any]] = attrs.field(factory=list)
     deferred_messages: list[dict[str, Any]] = attrs.field(factory=list)
+    problems: list[str] = attrs.field(factory=list)
+    """Context writes that failed or gave up (each also logged at error level)."""
     _slots: list[str | None] = attrs.field(init=False)
     _trace_id: str | None = attrs.field(init=False, factory=current_trace_id)
     _token: CancellationToken = attrs.field(init=False)
@@ -102,10 +115,16 @@ class ToolBatch:
         return sum(slot is not None for slot in self._slots)
 
     async def run(self, context: Any, assistant_message: dict[str, Any]) -> None:
-        """Add ``assistant_message``, run every call, then add one tool message per call."""
+        """Add ``assistant_message``, run every call, then add one tool message per call.
+
+        Raises :class:`ContextWriteError` when a write failed or gave up (see the module
+        docstring); the history is then never left with an unanswered call on our side.
+        """
         # Shielded so that a cancel can never leave the results without their call message.
-        with anyio.CancelScope(shield=True):
-            await context.add_message(assistant_message)
+        failure = await self._write("the assistant message", context.add_message, assistant_message)
+        if failure is not None:
+            await anyio.lowlevel.checkpoint_if_cancelled()  # a cancel explains it better
+            raise failure
         try:
             if self.config.parallel and len(self.calls) > 1:
                 await self._run_parallel()
@@ -113,10 +132,30 @@ class ToolBatch:
                 for index, call in enumerate(self.calls):
                     await self._execute(index, call)
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_WRITE_TIMEOUT) as bound:
-                await self._write_results(context)
-            if bound.cancelled_caught:
-                logger.error("writing tool results gave up after %ss", _WRITE_TIMEOUT)
+            failure = await self._write(
+                f"the results of {len(self.calls)} tool calls", self._write_results, context
+            )
+        if failure is not None:
+            raise failure
+
+    async def _write(
+        self, what: str, write: Callable[[Any], Awaitable[None]], arg: Any
+    ) -> ContextWriteError | None:
+        """One context write under a bounded shield; the error to raise if it did not land."""
+        timeout = self.config.write_timeout
+        error: ContextWriteError | None = None
+        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout) as bound:
+            try:
+                await write(arg)
+            except Exception as exc:  # noqa: BLE001 - reported as a problem of the turn
+                error = ContextWriteError(f"writing {what} failed: {type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+        if bound.cancelled_caught:
+            error = ContextWriteError(f"writing {what} gave up after {timeout} s")
+        if error is not None:
+            logger.error("%s", error)
+            self.problems.append(str(error))
+        return error
 
     async def _run_parallel(self) -> None:
         async with anyio.create_task_group() as tg:
@@ -254,7 +293,7 @@ class ToolBatch:
         if is_async:
             result: Awaitable[Any] = execute(tool_input)
             return result
-        return _in_thread(execute, tool_input)
+        return _in_thread(execute, tool_input, abandon=self.config.abandon_sync_tools)
 
     async def _error(self, index: int, call: ToolCall, kind: str, message: str) -> ToolResult:
         result = ToolResult(success=False, error={"message": message, "type": kind})
@@ -313,10 +352,10 @@ def _decode_arguments(arguments: Any) -> tuple[Any, str | None]:
     return arguments, f"arguments must be a JSON object, not {type(arguments).__name__}"
 
 
-async def _in_thread(execute: Any, tool_input: dict[str, Any]) -> Any:
-    # A synchronous tool blocks: run it in a worker thread, abandoned on cancel or timeout
-    # (a thread cannot be interrupted; its late result is dropped).
-    result = await anyio.to_thread.run_sync(partial(execute, tool_input), abandon_on_cancel=True)
+async def _in_thread(execute: Any, tool_input: dict[str, Any], *, abandon: bool) -> Any:
+    # Not abandoned (the default): a cancel or timeout waits for the thread, and a result
+    # that arrives is the call's real result, since its side effect has happened.
+    result = await anyio.to_thread.run_sync(partial(execute, tool_input), abandon_on_cancel=abandon)
     if inspect.isawaitable(result):
         result = await result
     return result

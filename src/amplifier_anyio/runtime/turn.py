@@ -1,156 +1,347 @@
-"""What every orchestrator's turn shares: provider choice, requests, injections, the limit."""
+"""The turn engine: one :class:`Turn` that every orchestrator drives.
+
+A turn owns its cancel scope (``turn_timeout`` is its deadline, the turn's token cancels
+it), and that scope encloses every event of the turn from ``execution:start`` on. Inside
+it: ``prompt:submit``, the user message, then provider calls until the model answers,
+the iteration limit is reached, a hook denies, or a graceful cancel stops the turn before
+its next provider call. How the tool calls of one response run is the orchestrator's
+policy (a :data:`ToolRunner`); :meth:`Turn.run_batch` is the structured parallel batch.
+
+However the turn ends — answer, error, iteration limit, either cancel, the host's own
+cancel scope, the deadline — it closes with its terminal events, exactly once, under a
+shield: ``cancel:completed`` (only when the status is ``cancelled``), ``prompt:complete``
+(only with an answer), ``orchestrator:complete`` and ``execution:end``. Each event has
+its own bound, so one hung observer cannot drop the others; an expired bound is logged
+at error level and recorded in :attr:`TurnResult.problems`. A host cancel is re-raised
+after the terminal events; every other ending is a :class:`TurnResult`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import logging
+import math
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, LLMError
-from ..models import (
-    ChatRequest,
-    ChatResponse,
-    HookResult,
-    Message,
-    ToolCall,
-    ToolSpec,
-    structure,
-    unstructure,
+import anyio
+import attrs
+
+from ..events import (
+    CANCEL_COMPLETED,
+    EXECUTION_END,
+    EXECUTION_START,
+    ORCHESTRATOR_COMPLETE,
+    PROMPT_COMPLETE,
+    PROMPT_SUBMIT,
+    PROVIDER_ERROR,
+    PROVIDER_REQUEST,
+    PROVIDER_RESPONSE,
+    PROVIDER_TOOL_SEQUENCE_REPAIRED,
 )
-
-__all__ = (
-    "LOOP_LIMIT_REMINDER",
-    "select_provider",
-    "apply_injections",
-    "pending_injection",
-    "build_request",
-    "tool_calls_of",
-    "assistant_message",
-    "error_payload",
+from ..kernel.tracing import trace_scope
+from ..kernel.turns import TurnResult, TurnStatus
+from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
+from ..models._validators import number
+from ._requests import (
+    LOOP_LIMIT_REMINDER,
+    answer_orphaned_calls,
+    apply_injections,
+    assistant_message,
+    build_request,
+    error_payload,
+    pending_injection,
+    select_provider,
+    tool_calls_of,
 )
+from .streaming import relay_stream
+from .tool_batch import ToolBatch, ToolBatchConfig
 
-LOOP_LIMIT_REMINDER = (
-    '<system-reminder source="orchestrator-loop-limit">\n'
-    "You have reached the maximum number of iterations for this turn.\n"
-    "Please provide a response to the user now, summarizing your progress\n"
-    "and noting what remains to be done. You can continue in the next turn\n"
-    "if needed.\n"
-    "\n"
-    "DO NOT mention this iteration limit or reminder to the user explicitly.\n"
-    "Simply wrap up naturally.\n"
-    "</system-reminder>"
-)
-"""The user message added to the final request when the iteration limit is reached."""
+if TYPE_CHECKING:
+    from ..interfaces import ContextManager, Provider, Tool
+    from ..kernel.cancellation import CancellationToken
+    from ..kernel.coordinator import ModuleCoordinator
+    from ..kernel.hooks import HookRegistry
 
-_DEFAULT_PRIORITY = 100
+__all__ = ("Turn", "TurnConfig", "ToolRunner")
+
+logger = logging.getLogger(__name__)
+
+ToolRunner = Callable[["Turn", ChatResponse, list[ToolCall]], Awaitable[None]]
+"""An orchestrator's tool policy: run one response's calls and write the results.
+
+It must leave every call answered in the context (the default, :meth:`Turn.run_batch`,
+does so on every path)."""
+
+_EXECUTION_STATUS = {
+    TurnStatus.SUCCESS: "completed",
+    TurnStatus.INCOMPLETE: "incomplete",
+    TurnStatus.ERROR: "error",
+    TurnStatus.CANCELLED: "cancelled",
+}
 
 
-def _priority(provider: Any) -> int:
-    value = getattr(provider, "priority", None)
-    if value is None:
-        config = getattr(provider, "config", None)
-        value = config.get("priority") if isinstance(config, Mapping) else None
-    return int(value) if value is not None else _DEFAULT_PRIORITY
+@attrs.frozen(kw_only=True)
+class TurnConfig:
+    """The engine's settings (``-1`` iterations: unlimited; times in seconds).
 
+    ``event_timeout`` bounds each terminal event's observers; ``write_timeout`` (in the
+    tool batch's config) each shielded context write.
+    """
 
-def select_provider(providers: Mapping[str, Any], default: str | None = None) -> tuple[str, Any]:
-    """The provider to call: lowest ``priority`` first, then ``default``, then mount order."""
-    if not providers:
-        msg = "providers: no provider mounted"
-        raise ConfigError(msg)
-    if default is not None and default not in providers:
-        msg = f"default_provider: {default!r} is not mounted (mounted: {', '.join(providers)})"
-        raise ConfigError(msg)
-    ranked = sorted(
-        enumerate(providers.items()),
-        key=lambda item: (_priority(item[1][1]), item[1][0] != default, item[0]),
+    max_iterations: int = attrs.field(
+        default=-1, validator=number(minimum=-1, exclusive=False, integer=True)
     )
-    return ranked[0][1]
+    turn_timeout: float | None = attrs.field(default=None, validator=number(optional=True))
+    event_timeout: float = attrs.field(default=5.0, validator=number())
+    extended_thinking: bool = False
+    reasoning_effort: str | None = None
+    default_provider: str | None = None
 
 
-def pending_injection(result: HookResult) -> dict[str, Any]:
-    """The injection of a hook result as :func:`apply_injections` takes it."""
-    return {
-        "role": result.context_injection_role,
-        "content": result.context_injection,
-        "append_to_last_tool_result": result.append_to_last_tool_result,
-    }
+@attrs.define(eq=False)
+class Turn:
+    """One turn's state and its run. Never shared: every turn builds its own."""
 
+    prompt: str
+    context: ContextManager
+    providers: dict[str, Provider]
+    tools: dict[str, Tool]
+    hooks: HookRegistry
+    coordinator: ModuleCoordinator
+    token: CancellationToken
+    config: TurnConfig = attrs.field(factory=TurnConfig)
+    batch: ToolBatchConfig = attrs.field(factory=ToolBatchConfig)
+    orchestrator: str = "loop-basic"
+    streaming: bool = False
+    run_tools: ToolRunner | None = None
+    """The orchestrator's tool policy; None runs :meth:`run_batch`."""
+    trace_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    iterations: int = 0
+    usage: Usage = attrs.field(factory=Usage)
+    text: str = ""
+    status: TurnStatus = TurnStatus.SUCCESS
+    error: BaseException | None = None
+    finish_reason: str | None = None
+    injections: list[dict[str, Any]] = attrs.field(factory=list)
+    """Ephemeral injections waiting for the next request."""
+    problems: list[str] = attrs.field(factory=list)
+    provider_name: str = ""
 
-def apply_injections(
-    messages: list[dict[str, Any]], injections: Sequence[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """Messages with ephemeral injections added for one request only (input untouched)."""
-    if not injections:
-        return messages
-    result = list(messages)
-    for injection in injections:
-        last = result[-1] if result else None
-        if injection.get("append_to_last_tool_result") and last and last.get("role") == "tool":
-            result[-1] = {**last, "content": f"{last.get('content', '')}\n\n{injection['content']}"}
-        else:
-            result.append(
-                {"role": injection.get("role", "system"), "content": injection["content"]}
+    def result(self) -> TurnResult:
+        """How the turn ended (or stands)."""
+        return TurnResult(
+            text=self.text,
+            status=self.status,
+            turn_count=self.iterations,
+            usage=self.usage,
+            error=self.error,
+            trace_id=self.trace_id,
+            finish_reason=self.finish_reason,
+            problems=tuple(self.problems),
+        )
+
+    async def run(self) -> TurnResult:
+        """Run the turn to its end; the host's own cancellation propagates (after the
+        terminal events), every other ending is in the result."""
+        deadline = anyio.current_time() + (self.config.turn_timeout or math.inf)
+        with trace_scope(self.trace_id):
+            try:
+                with anyio.CancelScope(deadline=deadline) as scope, self.token.bind_scope(scope):
+                    await self.hooks.emit(EXECUTION_START, {"prompt": self.prompt})
+                    await self._loop()
+            except Exception as exc:  # noqa: BLE001 - any failure ends the turn with status error
+                self.status, self.error = TurnStatus.ERROR, exc
+            except BaseException:
+                # The host cancelled (or the process is stopping): close the turn, re-raise.
+                self.status = TurnStatus.CANCELLED
+                await self._finish()
+                raise
+            else:
+                if scope.cancelled_caught:
+                    self.status = TurnStatus.CANCELLED
+            await self._finish()
+        return self.result()
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        submitted = await self.hook(PROMPT_SUBMIT, {"prompt": self.prompt})
+        if submitted.action == "deny":
+            self._deny(submitted)
+            return
+        self.queue_ephemeral(submitted)
+        # Chosen before the prompt is stored: a plan without a usable provider must not
+        # leave a user message that the next turn would send twice.
+        self.provider_name, provider = select_provider(self.providers, self.config.default_provider)
+        await self.context.add_message({"role": "user", "content": self.prompt})
+        limit = self.config.max_iterations
+        while limit == -1 or self.iterations < limit:
+            if self._stopped():
+                return
+            response = await self._call(provider, with_tools=True)
+            if response is None:
+                return
+            calls = tool_calls_of(provider, response)
+            if not calls:
+                await self._answer(response)
+                return
+            await (self.run_tools or Turn.run_batch)(self, response, calls)
+        if not self._stopped():
+            await self._wrap_up(provider)
+
+    def _stopped(self) -> bool:
+        """A graceful cancel stops the turn before its next provider call."""
+        if self.token.is_cancelled:
+            self.status = TurnStatus.CANCELLED
+            return True
+        return False
+
+    async def run_batch(self, response: ChatResponse, calls: list[ToolCall]) -> None:
+        """The default tool policy: one structured batch (parallel unless configured not)."""
+        batch = ToolBatch(
+            calls=calls,
+            tools=self.tools,
+            hooks=self.hooks,
+            coordinator=self.coordinator,
+            config=self.batch,
+        )
+        try:
+            await batch.run(self.context, assistant_message(response, calls))
+        finally:
+            self.injections.extend(batch.pending_injections)
+            self.problems.extend(batch.problems)
+
+    async def _call(
+        self, provider: Provider, *, with_tools: bool, reminder: bool = False
+    ) -> ChatResponse | None:
+        """One provider call with its events; None when a hook denied it."""
+        payload: dict[str, Any] = {"provider": self.provider_name, "iteration": self.iterations}
+        if reminder:
+            payload["max_reached"] = True
+        requested = await self.hook(PROVIDER_REQUEST, payload)
+        if requested.action == "deny":
+            self._deny(requested)
+            return None
+        self.queue_ephemeral(requested)
+        request = await self._request(provider, with_tools=with_tools, reminder=reminder)
+        kwargs = {"extended_thinking": True} if self.config.extended_thinking else {}
+        self.iterations += 1
+        try:
+            response = await self._complete(provider, request, kwargs)
+        except Exception as exc:
+            await self.hooks.emit(PROVIDER_ERROR, error_payload(self.provider_name, exc))
+            raise
+        if response.usage is not None:
+            self.usage = self.usage + response.usage
+        self.finish_reason = response.finish_reason
+        await self.hooks.emit(
+            PROVIDER_RESPONSE,
+            {
+                "provider": self.provider_name,
+                "usage": unstructure(response.usage) if response.usage else None,
+                "tool_calls": len(response.tool_calls or ()),
+            },
+        )
+        return response
+
+    async def _request(
+        self, provider: Provider, *, with_tools: bool, reminder: bool
+    ) -> ChatRequest:
+        messages = await self.context.get_messages_for_request(provider=provider)
+        messages, repaired = answer_orphaned_calls(messages)
+        if repaired:
+            logger.error("answered %d tool calls without a recorded result", len(repaired))
+            await self.hooks.emit(
+                PROVIDER_TOOL_SEQUENCE_REPAIRED,
+                {"provider": self.provider_name, "tool_call_ids": repaired},
             )
-    return result
+        injections, self.injections = self.injections, []
+        if reminder:
+            injections.append({"role": "user", "content": LOOP_LIMIT_REMINDER})
+        return build_request(
+            apply_injections(messages, injections),
+            self.tools if with_tools else None,
+            reasoning_effort=self.config.reasoning_effort,
+        )
 
+    async def _complete(
+        self, provider: Provider, request: ChatRequest, kwargs: dict[str, Any]
+    ) -> ChatResponse:
+        stream = getattr(provider, "stream", None) if self.streaming else None
+        if stream is None:
+            return await provider.complete(request, **kwargs)
+        return await relay_stream(stream(request, **kwargs), self.hooks, self.provider_name)
 
-def _normalise(message: dict[str, Any]) -> dict[str, Any]:
-    # Amplifier transcripts name the tool of a call "tool"; our ToolCall says "name".
-    calls = message.get("tool_calls")
-    if not calls or all("name" in c for c in calls if isinstance(c, dict)):
-        return message
-    fixed = [
-        {**c, "name": c["tool"]} if isinstance(c, dict) and "name" not in c and "tool" in c else c
-        for c in calls
-    ]
-    return {**message, "tool_calls": fixed}
+    async def _answer(self, response: ChatResponse) -> None:
+        if response.content:
+            await self.context.add_message(assistant_message(response, ()))
+        self.text = response.text
+        self.status = TurnStatus.SUCCESS
 
+    async def _wrap_up(self, provider: Provider) -> None:
+        """The iteration limit: one last call without tools; its text is the answer."""
+        response = await self._call(provider, with_tools=False, reminder=True)
+        if response is None:
+            return
+        await self._answer(response)
+        self.status = TurnStatus.INCOMPLETE
 
-def build_request(
-    messages: Sequence[dict[str, Any]],
-    tools: Mapping[str, Any] | None,
-    **options: Any,
-) -> ChatRequest:
-    """A ChatRequest from context dicts and mounted tools (``None``: no tools offered)."""
-    structured = [structure(_normalise(m), Message) for m in messages]
-    specs = None
-    if tools:
-        specs = [
-            ToolSpec(
-                name=name,
-                description=getattr(tool, "description", None),
-                parameters=getattr(tool, "input_schema", None) or {"type": "object"},
+    # -- hooks -----------------------------------------------------------------------------
+
+    async def hook(self, event: str, data: dict[str, Any]) -> HookResult:
+        """Emit ``event`` and carry out the result through the coordinator."""
+        result = await self.hooks.emit(event, data)
+        return await self.coordinator.process_hook_result(result, event, self.orchestrator)
+
+    def queue_ephemeral(self, result: HookResult) -> None:
+        """Keep an ephemeral injection for the next request only."""
+        if result.action == "inject_context" and result.ephemeral and result.context_injection:
+            self.injections.append(pending_injection(result))
+
+    def _deny(self, result: HookResult) -> None:
+        self.text = f"Operation denied: {result.reason or 'no reason given'}"
+        self.status = TurnStatus.INCOMPLETE
+
+    # -- the end ---------------------------------------------------------------------------
+
+    async def _finish(self) -> None:
+        """The terminal events, exactly once, shielded, each under its own bound."""
+        with anyio.CancelScope(shield=True):
+            await self._bounded("cancel:requested", self.coordinator.flush_cancel_request())
+            if self.status is TurnStatus.CANCELLED:
+                await self._terminal(
+                    CANCEL_COMPLETED,
+                    {
+                        "orchestrator": self.orchestrator,
+                        "was_immediate": self.token.is_immediate,
+                        "turn_count": self.iterations,
+                    },
+                )
+            if self.status in (TurnStatus.SUCCESS, TurnStatus.INCOMPLETE):
+                await self._terminal(
+                    PROMPT_COMPLETE, {"response_preview": self.text[:200], "length": len(self.text)}
+                )
+            await self._terminal(
+                ORCHESTRATOR_COMPLETE,
+                {
+                    "orchestrator": self.orchestrator,
+                    "turn_count": self.iterations,
+                    "status": str(self.status),
+                },
             )
-            for name, tool in tools.items()
-        ]
-    clean = {k: v for k, v in options.items() if v is not None}
-    return ChatRequest(messages=structured, tools=specs, **clean)
+            await self._terminal(
+                EXECUTION_END, {"response": self.text, "status": _EXECUTION_STATUS[self.status]}
+            )
 
+    async def _terminal(self, event: str, data: dict[str, Any]) -> None:
+        await self._bounded(event, self.hooks.emit(event, data))
 
-def tool_calls_of(provider: Any, response: ChatResponse) -> list[ToolCall]:
-    """The tool calls a response asks for, through the provider's parser when it has one."""
-    parse = getattr(provider, "parse_tool_calls", None)
-    calls = parse(response) if parse is not None else response.tool_calls
-    return list(calls or [])
-
-
-def assistant_message(response: ChatResponse, calls: Sequence[ToolCall]) -> dict[str, Any]:
-    """The context dict of an assistant response (blocks kept: thinking signatures matter)."""
-    message: dict[str, Any] = {"role": "assistant", "content": unstructure(response.content)}
-    if calls:
-        message["tool_calls"] = [unstructure(call) for call in calls]
-    if response.metadata:
-        message["metadata"] = response.metadata
-    return message
-
-
-def error_payload(provider: str, exc: BaseException) -> dict[str, Any]:
-    """The ``provider:error`` payload for ``exc``."""
-    payload: dict[str, Any] = {
-        "provider": provider,
-        "error": {"type": type(exc).__name__, "msg": str(exc)},
-    }
-    if isinstance(exc, LLMError):
-        payload["retryable"] = exc.retryable
-        payload["status_code"] = exc.status_code
-    return payload
+    async def _bounded(self, what: str, work: Awaitable[Any]) -> None:
+        timeout = self.config.event_timeout
+        with anyio.move_on_after(timeout) as bound:
+            await work
+        if bound.cancelled_caught:
+            problem = f"{what}: its hooks did not finish within {timeout} s and were stopped"
+            logger.error(problem)
+            self.problems.append(problem)

@@ -1,0 +1,207 @@
+"""The request side of a turn: provider choice, injections, building a ChatRequest."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import ConfigError, LLMError
+from ..models import (
+    ChatRequest,
+    ChatResponse,
+    HookResult,
+    Message,
+    ToolCall,
+    ToolSpec,
+    structure,
+    unstructure,
+)
+
+__all__ = (
+    "LOOP_LIMIT_REMINDER",
+    "select_provider",
+    "apply_injections",
+    "pending_injection",
+    "build_request",
+    "tool_calls_of",
+    "assistant_message",
+    "error_payload",
+    "answer_orphaned_calls",
+    "LOST_RESULT",
+)
+
+LOOP_LIMIT_REMINDER = (
+    '<system-reminder source="orchestrator-loop-limit">\n'
+    "You have reached the maximum number of iterations for this turn.\n"
+    "Please provide a response to the user now, summarizing your progress\n"
+    "and noting what remains to be done. You can continue in the next turn\n"
+    "if needed.\n"
+    "\n"
+    "DO NOT mention this iteration limit or reminder to the user explicitly.\n"
+    "Simply wrap up naturally.\n"
+    "</system-reminder>"
+)
+"""The user message added to the final request when the iteration limit is reached."""
+
+_DEFAULT_PRIORITY = 100
+
+
+def _priority(provider: Any) -> int:
+    value = getattr(provider, "priority", None)
+    if value is None:
+        config = getattr(provider, "config", None)
+        value = config.get("priority") if isinstance(config, Mapping) else None
+    return int(value) if value is not None else _DEFAULT_PRIORITY
+
+
+def select_provider(providers: Mapping[str, Any], default: str | None = None) -> tuple[str, Any]:
+    """The provider to call: lowest ``priority`` first, then ``default``, then mount order."""
+    if not providers:
+        msg = "providers: no provider mounted"
+        raise ConfigError(msg)
+    if default is not None and default not in providers:
+        msg = f"default_provider: {default!r} is not mounted (mounted: {', '.join(providers)})"
+        raise ConfigError(msg)
+    ranked = sorted(
+        enumerate(providers.items()),
+        key=lambda item: (_priority(item[1][1]), item[1][0] != default, item[0]),
+    )
+    return ranked[0][1]
+
+
+def pending_injection(result: HookResult) -> dict[str, Any]:
+    """The injection of a hook result as :func:`apply_injections` takes it."""
+    return {
+        "role": result.context_injection_role,
+        "content": result.context_injection,
+        "append_to_last_tool_result": result.append_to_last_tool_result,
+    }
+
+
+def apply_injections(
+    messages: list[dict[str, Any]], injections: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Messages with ephemeral injections added for one request only (input untouched)."""
+    if not injections:
+        return messages
+    result = list(messages)
+    for injection in injections:
+        last = result[-1] if result else None
+        if injection.get("append_to_last_tool_result") and last and last.get("role") == "tool":
+            result[-1] = {**last, "content": f"{last.get('content', '')}\n\n{injection['content']}"}
+        else:
+            result.append(
+                {"role": injection.get("role", "system"), "content": injection["content"]}
+            )
+    return result
+
+
+def _normalise(message: dict[str, Any]) -> dict[str, Any]:
+    # Amplifier transcripts name the tool of a call "tool"; our ToolCall says "name".
+    calls = message.get("tool_calls")
+    if not calls or all("name" in c for c in calls if isinstance(c, dict)):
+        return message
+    fixed = [
+        {**c, "name": c["tool"]} if isinstance(c, dict) and "name" not in c and "tool" in c else c
+        for c in calls
+    ]
+    return {**message, "tool_calls": fixed}
+
+
+def build_request(
+    messages: Sequence[dict[str, Any]],
+    tools: Mapping[str, Any] | None,
+    **options: Any,
+) -> ChatRequest:
+    """A ChatRequest from context dicts and mounted tools (``None``: no tools offered)."""
+    structured = [structure(_normalise(m), Message) for m in messages]
+    specs = None
+    if tools:
+        specs = [
+            ToolSpec(
+                name=name,
+                description=getattr(tool, "description", None),
+                parameters=getattr(tool, "input_schema", None) or {"type": "object"},
+            )
+            for name, tool in tools.items()
+        ]
+    clean = {k: v for k, v in options.items() if v is not None}
+    return ChatRequest(messages=structured, tools=specs, **clean)
+
+
+def tool_calls_of(provider: Any, response: ChatResponse) -> list[ToolCall]:
+    """The tool calls a response asks for, through the provider's parser when it has one."""
+    parse = getattr(provider, "parse_tool_calls", None)
+    calls = parse(response) if parse is not None else response.tool_calls
+    return list(calls or [])
+
+
+def assistant_message(response: ChatResponse, calls: Sequence[ToolCall]) -> dict[str, Any]:
+    """The context dict of an assistant response (blocks kept: thinking signatures matter)."""
+    message: dict[str, Any] = {"role": "assistant", "content": unstructure(response.content)}
+    if calls:
+        message["tool_calls"] = [unstructure(call) for call in calls]
+    if response.metadata:
+        message["metadata"] = response.metadata
+    return message
+
+
+def error_payload(provider: str, exc: BaseException) -> dict[str, Any]:
+    """The ``provider:error`` payload for ``exc``."""
+    payload: dict[str, Any] = {
+        "provider": provider,
+        "error": {"type": type(exc).__name__, "msg": str(exc)},
+    }
+    if isinstance(exc, LLMError):
+        payload["retryable"] = exc.retryable
+        payload["status_code"] = exc.status_code
+    return payload
+
+
+LOST_RESULT = "Error: the result of this call was not recorded (the context could not be written)"
+"""The content a request gives a tool call whose result never reached the context."""
+
+
+def answer_orphaned_calls(
+    messages: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The messages with every unanswered tool call answered, and the ids it answered.
+
+    A provider rejects an assistant tool call that no ``role: tool`` message answers.
+    The turn keeps its context consistent, but a context write can fail (a full disk) or
+    a foreign module can leave a gap; so the request edge never sends an orphan. The
+    input is untouched; with nothing to repair it is returned as is (one pass, no copy).
+    """
+    repaired: list[str] = []
+    result: list[dict[str, Any]] | None = None
+    index, count = 0, len(messages)
+    while index < count:
+        message = messages[index]
+        index += 1
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if not calls:
+            if result is not None:
+                result.append(message)
+            continue
+        end = index
+        answered = set()
+        while end < count and messages[end].get("role") == "tool":
+            answered.add(messages[end].get("tool_call_id"))
+            end += 1
+        missing = [c for c in calls if isinstance(c, dict) and c.get("id") not in answered]
+        if missing and result is None:
+            result = list(messages[: index - 1])
+        if result is not None:
+            result.extend(messages[index - 1 : end])
+            for call in missing:
+                result.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call.get("id"),
+                        "name": call.get("name") or call.get("tool"),
+                        "content": LOST_RESULT,
+                    }
+                )
+        repaired.extend(str(call.get("id")) for call in missing)
+        index = end
+    return (messages if result is None else result), repaired
