@@ -31,10 +31,18 @@ Hierarchy::
 
 Deadlines that are not a provider's raise the builtin :class:`TimeoutError`. Cancellation
 is never wrapped: the backend's cancellation exception always propagates unchanged.
+
+ExceptionGroup policy: a task group's group never reaches a user. Inside a tool batch,
+whatever fails on one call's path (the tool, its hooks, the approval system, serialising
+its output, hook data of the wrong shape) becomes that call's error result and never
+cancels a sibling, so the error a caller sees never depends on how many tools ran in
+parallel. What can still leave a task group — ``KeyboardInterrupt``, ``SystemExit``, the
+backend's cancellation — is raised bare, through :func:`unwrap_group`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +72,7 @@ __all__ = (
     "LLMTimeoutError",
     "StreamError",
     "InvalidToolCallError",
+    "unwrap_group",
 )
 
 
@@ -241,3 +250,27 @@ class InvalidToolCallError(LLMError):
         super().__init__(message, **kwargs)
         self.tool_name = tool_name
         self.raw_arguments = raw_arguments
+
+
+def unwrap_group(error: BaseException) -> BaseException:
+    """The one exception to raise for what a task group raised.
+
+    ``KeyboardInterrupt`` and ``SystemExit`` win wherever they are in the group; a group
+    of one becomes its exception; anything else is returned as it is.
+    """
+    if not isinstance(error, BaseExceptionGroup):
+        return error
+    leaves = list(_leaves(error))
+    for kind in (KeyboardInterrupt, SystemExit):
+        for leaf in leaves:
+            if isinstance(leaf, kind):
+                return leaf
+    return leaves[0] if len(leaves) == 1 else error
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for error in group.exceptions:
+        if isinstance(error, BaseExceptionGroup):
+            yield from _leaves(error)
+        else:
+            yield error

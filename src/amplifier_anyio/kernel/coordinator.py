@@ -346,11 +346,18 @@ class ModuleCoordinator:
         )
 
     async def _ask(self, result: HookResult) -> HookResult:
+        """Ask the approval system; anything but a clear allow is a deny (fail closed).
+
+        An allow returns ``continue`` carrying the result's data (a hook may have
+        modified it before another asked); a timeout takes ``approval_default``; no
+        system, an exception, ``None`` or any other answer denies.
+        """
         prompt = result.approval_prompt or "Allow this operation?"
         if self.approval_system is None:
             return HookResult(action="deny", reason="No approval system available")
-        decision: str | None = None
-        with anyio.move_on_after(result.approval_timeout):
+        decision: object = None
+        timed_out = False
+        with anyio.move_on_after(result.approval_timeout) as bound:
             try:
                 decision = await self.approval_system.request_approval(
                     prompt=prompt,
@@ -359,15 +366,20 @@ class ModuleCoordinator:
                     default=result.approval_default,
                 )
             except (ApprovalTimeoutError, TimeoutError):
-                decision = None
-        if decision is None:
+                timed_out = True
+            except Exception:
+                logger.exception("the approval system failed; denied: %s", prompt)
+                return HookResult(action="deny", reason=f"Approval failed - denied: {prompt}")
+        if timed_out or bound.cancelled_caught:
             if result.approval_default == "allow":
-                return HookResult(action="continue")
+                return HookResult(action="continue", data=result.data)
             return HookResult(
                 action="deny", reason=f"Approval timeout - denied by default: {prompt}"
             )
         if isinstance(decision, str) and decision.strip().lower() in _ALLOW:
-            return HookResult(action="continue")
+            return HookResult(action="continue", data=result.data)
+        if not isinstance(decision, str):
+            logger.warning("the approval system answered %r, not an option; denied", decision)
         return HookResult(action="deny", reason=f"User denied: {prompt}")
 
     def _show(self, result: HookResult, hook_name: str) -> None:

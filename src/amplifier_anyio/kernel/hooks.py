@@ -116,7 +116,9 @@ class HookRegistry:
 
         Handlers see ``{**defaults, **data, "timestamp": now}`` (plus the turn's
         ``trace_id``). Precedence: deny > ask_user > inject_context > modify > continue;
-        unlike upstream, a chain that modified the data returns ``action="modify"``.
+        unlike upstream, a chain that modified the data returns ``action="modify"``, and
+        an ``inject_context`` or ``ask_user`` result carries the modified data too: apply
+        ``result.data`` whatever the action (deny aside).
         """
         self._emits += 1
         entries = self._handlers.get(event)
@@ -227,8 +229,10 @@ class _Reduction:
         return False
 
     def result(self) -> HookResult:
+        # A stronger action still carries the modified data: callers apply ``data``
+        # whatever the action (deny aside), so a sandboxing modify is never lost.
         if self.ask is not None:
-            return self.ask
+            return attrs.evolve(self.ask, data=self.data) if self.modified else self.ask
         if self.injections:
             merged = self._merged_injection()
             return attrs.evolve(merged, data=self.data) if self.modified else merged

@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 import attrs
 
-from ..errors import ContextWriteError
+from ..errors import ContextWriteError, unwrap_group
 from ..events import TOOL_ERROR, TOOL_POST, TOOL_PRE
 from ..kernel.cancellation import CancellationToken
 from ..kernel.coordinator import ModuleCoordinator
@@ -158,6 +158,12 @@ class ToolBatch:
         return error
 
     async def _run_parallel(self) -> None:
+        try:
+            await self._spawn_all()
+        except BaseExceptionGroup as group:  # only what a call cannot turn into its result
+            raise unwrap_group(group) from None
+
+    async def _spawn_all(self) -> None:
         async with anyio.create_task_group() as tg:
             if self.config.max_parallel_tools is None:
                 for index, call in enumerate(self.calls):
@@ -234,8 +240,11 @@ class ToolBatch:
         """Run one call through its hooks, filling its slot as soon as a result exists.
 
         The slot is written before ``tool:post`` / ``tool:error`` are emitted, so a cancel
-        arriving during those hooks keeps the tool's real result. This is the per-call hot
-        path: it stays flat (few coroutine frames) on purpose.
+        arriving during those hooks keeps the tool's real result. Whatever fails on this
+        call's own path (a hook's data of the wrong shape, output that cannot be
+        serialised, the approval system, an oversized injection) becomes this call's error
+        result: its siblings never see it. This is the per-call hot path: it stays flat
+        (few coroutine frames) on purpose.
         """
         self._token.register_tool_start(call.id, call.name)
         try:
@@ -246,8 +255,10 @@ class ToolBatch:
                 if pre.action == "deny":
                     self._slots[index] = f"Denied by hook: {pre.reason or 'no reason given'}"
                     return
-                if pre.action == "modify" and pre.data is not None:
-                    tool_input, problem = _decode_arguments(pre.data.get("tool_input", tool_input))
+                if pre.data is not None:  # applied whatever the action: see HookRegistry.emit
+                    tool_input, problem = _decode_arguments(
+                        _field(pre.data, "tool_input", tool_input)
+                    )
             tool = self.tools.get(call.name)
             if tool is None:
                 message = f"Tool '{call.name}' not found"
@@ -260,6 +271,9 @@ class ToolBatch:
             replaced = await self._post(index, call, tool_input, result)
             if replaced is not None:
                 self._slots[index] = replaced
+        except Exception as exc:  # noqa: BLE001 - one call's failure is that call's result
+            logger.warning("tool call %s (%s) failed: %r", call.id, call.name, exc)
+            await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
         finally:
             self._token.register_tool_complete(call.id)
 
@@ -307,19 +321,33 @@ class ToolBatch:
     async def _post(
         self, index: int, call: ToolCall, tool_input: Any, result: ToolResult
     ) -> str | None:
-        """Emit ``tool:post``; the replacement content if a hook modified the result."""
+        """Emit ``tool:post``; the replacement content if a hook changed the result."""
         if not self.hooks.has_handlers(TOOL_POST):
             return None
         sent = unstructure(result)
         post = await self._emit(
             TOOL_POST, {**self._payload(index, call, tool_input), "result": sent}, call.name
         )
-        if post.action != "modify" or post.data is None:
+        if post.action == "deny" or post.data is None:
             return None
-        replaced = post.data.get("result", sent)
-        if replaced == sent:
+        replaced = _field(post.data, "result", sent)
+        if replaced is sent or replaced == sent:
             return None
-        return replaced if isinstance(replaced, str) else json.dumps(replaced)
+        if isinstance(replaced, str):
+            return replaced
+        try:
+            return json.dumps(replaced)
+        except (TypeError, ValueError) as exc:
+            msg = f"a tool:post hook gave a result that is not JSON: {exc}"
+            raise TypeError(msg) from exc
+
+
+def _field(data: Any, key: str, default: Any) -> Any:
+    """``data[key]`` of a hook's data, which must be a dict."""
+    if not isinstance(data, dict):
+        msg = f"a hook gave data of type {type(data).__name__}, not a dict"
+        raise TypeError(msg)
+    return data.get(key, default)
 
 
 def _cancelled_content(tool_name: str) -> str:
@@ -329,7 +357,11 @@ def _cancelled_content(tool_name: str) -> str:
 def _content_of(result: ToolResult) -> str:
     if not result.success and isinstance(result.output, str):
         return f"Error: {result.output}"
-    return result.get_serialized_output()
+    try:
+        return result.get_serialized_output()
+    except (TypeError, ValueError) as exc:
+        msg = f"the tool's output cannot be serialised: {exc}"
+        raise TypeError(msg) from exc
 
 
 def _decode_arguments(arguments: Any) -> tuple[Any, str | None]:
