@@ -7,7 +7,9 @@ Every message is one JSON line of the file, appended and fsynced in a worker thr
 with :class:`ContextFileError`, and closes every tool call that has no result (the process
 died while the tool ran) with an *interrupted* result — see :func:`interrupted_result` —
 so a resumed conversation never sends an orphaned tool call. A repaired file is rewritten
-at once. One writer per file: two managers on one path are not supported.
+at once. An append that fails (a full disk) fails whole: the file is cut back to what it
+was and the messages are not added to the history either; the error is a
+:class:`ContextFileError`. One writer per file: two managers on one path are not supported.
 """
 
 from __future__ import annotations
@@ -138,6 +140,7 @@ class PersistentContextManager(SimpleContextManager):
         self._lock = anyio.Lock()
         self._loaded = False
         self._loaded_from_file = False
+        self._undo_to: int | None = None  # where torn bytes of a failed append start
         self.interrupted_calls_closed = 0
         """How many open tool calls the load closed with an interrupted result."""
 
@@ -151,26 +154,31 @@ class PersistentContextManager(SimpleContextManager):
         await self._ready()
 
     async def add_message(self, message: dict[str, Any]) -> None:
-        """Append a copy of ``message`` to the file (fsynced) and to the history."""
+        """Append a copy of ``message`` to the file (fsynced) and to the history.
+
+        If writing fails, :class:`ContextFileError` is raised and neither the file nor
+        the history has the message.
+        """
         stored, cost = self._prepare(message)
         line = _jsonl.encode(stored)
         async with self._lock:
             await self._load_locked()
-            # not abandoned on cancel: the line is written either way, so keep it in memory
-            await anyio.to_thread.run_sync(_jsonl.append_line, self.path, line)
+            await self._append_locked(line)
             self._append(stored, cost)
 
     async def add_messages(self, messages: list[dict[str, Any]]) -> None:
         """Append several messages with one write and one fsync (one tool batch's results).
 
-        A crash mid-write leaves at most a torn last line, which loading ignores; calls
-        whose results were lost are then closed as interrupted.
+        All or none: if writing fails, :class:`ContextFileError` is raised and neither the
+        file nor the history has any of them. A crash mid-write leaves at most a torn last
+        line, which loading ignores; calls whose results were lost are then closed as
+        interrupted.
         """
         prepared = [self._prepare(message) for message in messages]
         lines = b"".join(_jsonl.encode(stored) for stored, _ in prepared)
         async with self._lock:
             await self._load_locked()
-            await anyio.to_thread.run_sync(_jsonl.append_line, self.path, lines)
+            await self._append_locked(lines)
             for stored, cost in prepared:
                 self._append(stored, cost)
 
@@ -213,9 +221,20 @@ class PersistentContextManager(SimpleContextManager):
         if closed:
             logger.warning("%s: closed %d interrupted tool call(s)", self.path, closed)
 
+    async def _append_locked(self, data: bytes) -> None:
+        # not abandoned on cancel: the thread finishes either way, and what it reports
+        # (written, or not written at all) is what the history must follow
+        try:
+            await anyio.to_thread.run_sync(_jsonl.append_line, self.path, data, self._undo_to)
+        except _jsonl.AppendError as exc:
+            self._undo_to = exc.undo_to
+            raise
+        self._undo_to = None
+
     async def _rewrite_locked(self, prepared: list[tuple[dict[str, Any], int]]) -> None:
         lines = [_jsonl.encode(stored) for stored, _ in prepared]
         await anyio.to_thread.run_sync(_jsonl.rewrite, self.path, lines)
+        self._undo_to = None  # the new file has no torn bytes
         self._replace(prepared)
 
 
