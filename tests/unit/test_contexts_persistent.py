@@ -379,3 +379,39 @@ async def test_an_unreadable_file_is_a_context_file_error(tmp_path: Path) -> Non
         await PersistentContextManager(tmp_path).load()
     assert info.value.path == tmp_path
     assert info.value.line is None
+
+
+async def test_mount_rejects_a_directory_path_with_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^context-persistent\.path: .* is a directory$"):
+        await mount(MockCoordinator(), {"path": str(tmp_path)})
+    with pytest.raises(ConfigError, match=r"^context-persistent\.transcript_path: .*directory"):
+        await mount(MockCoordinator(), {"transcript_path": str(tmp_path)})
+
+
+async def test_mount_rejects_a_path_whose_directory_cannot_be_created(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match=r"^context-persistent\.path: cannot create") as info:
+        await mount(MockCoordinator(), {"path": str(blocker / "sub" / "ctx.jsonl")})
+    assert "\n" not in str(info.value)
+    assert str(blocker) in str(info.value)
+    with pytest.raises(ConfigError, match=r"^context-persistent\.path: .* is not a directory$"):
+        await mount(MockCoordinator(), {"path": str(blocker / "ctx.jsonl")})
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"max_tokens": "lots"}, "max_tokens"),
+        ({"compaction_threshold": float("nan")}, "compaction_threshold"),
+        ({"safety_margin": True}, "safety_margin"),
+    ],
+)
+async def test_mount_rejects_bad_numbers_naming_the_key(
+    tmp_path: Path, config: dict[str, Any], key: str
+) -> None:
+    coordinator = MockCoordinator()
+    with pytest.raises(ConfigError, match=rf"^context-persistent\.{key}: expected "):
+        await mount(coordinator, {"path": str(tmp_path / "ctx.jsonl"), **config})
+    assert coordinator.mount_history == []
+    assert not (tmp_path / "ctx.jsonl").exists()

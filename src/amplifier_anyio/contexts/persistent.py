@@ -51,6 +51,8 @@ CONTEXT_MESSAGES_FILENAME = "context-messages.jsonl"
 
 INTERRUPTED_ERROR = "Tool execution was interrupted"
 
+MODULE_ID = "context-persistent"
+
 
 def interrupted_result(call_id: str, name: str) -> dict[str, Any]:
     """The result that closes a tool call the process died during.
@@ -248,6 +250,21 @@ def _load(path: Path, estimator: Estimator) -> tuple[list[dict[str, Any]], list[
     return repaired, [estimator(message) for message in repaired], closed
 
 
+def _check_path(path: Path, key: str) -> None:
+    """Fail with a one-line ConfigError unless ``path`` can be this module's file."""
+    try:
+        if path.is_dir():
+            raise ConfigError(f"{key}: {path} is a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:  # a file (or a dangling link) where a directory is needed
+        raise ConfigError(
+            f"{key}: cannot create the directory {path.parent}: it exists and is not a directory"
+        ) from exc
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+        raise ConfigError(f"{key}: cannot create the directory {path.parent}: {problem}") from exc
+
+
 def default_path(session_id: str, cwd: Path | None = None) -> Path:
     """Amplifier's location: ``~/.amplifier/projects/<slug>/sessions/<id>/context-messages.jsonl``.
 
@@ -266,20 +283,23 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Clean
     """Entry point of ``context-persistent``: build, load and mount at ``context``.
 
     The file is ``config["path"]`` (or Amplifier's key ``transcript_path``), else
-    :func:`default_path` of the coordinator's ``session_id``.
+    :func:`default_path` of the coordinator's ``session_id``. Its directory is created
+    now; a path that is a directory, or whose directory cannot be created, is a
+    :class:`ConfigError` naming the key.
     """
     config = config or {}
-    path = config.get("path", config.get("transcript_path"))
+    settings = settings_from_config(config, module=MODULE_ID)
+    key = "path" if "path" in config else "transcript_path"
+    path = config.get(key)
     if not path:
         session_id = getattr(coordinator, "session_id", None)
         if not session_id:
-            raise ConfigError("context-persistent: 'path' is required when there is no session id")
+            raise ConfigError(f"{MODULE_ID}.path: required when there is no session id")
         path = default_path(str(session_id))
     if not isinstance(path, str | os.PathLike):
-        raise ConfigError(f"context-persistent: 'path' must be a path, got {path!r}")
-    manager = PersistentContextManager(
-        path, **settings_from_config(config), hooks=getattr(coordinator, "hooks", None)
-    )
+        raise ConfigError(f"{MODULE_ID}.{key}: expected a path, got {path!r}")
+    await anyio.to_thread.run_sync(_check_path, Path(path), f"{MODULE_ID}.{key}")
+    manager = PersistentContextManager(path, **settings, hooks=getattr(coordinator, "hooks", None))
     await manager.load()
     await coordinator.mount("context", manager)
     return None
