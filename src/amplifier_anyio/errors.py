@@ -6,7 +6,7 @@ Hierarchy::
     AmplifierError
     ├── ConfigError (+ ValueError) ........ a bad mount plan, module config or CLI input
     ├── ValidationError (+ ValueError) .... a payload that does not fit a model
-    ├── ContextFileError (+ ValueError) ... a persisted context file with a corrupt line
+    ├── ContextFileError (+ ValueError) ... a persisted context file: a bad line, failed I/O
     ├── ContextWriteError ................. a turn could not write its context in time
     ├── ModuleNotFoundError ............... no resolver, entry point or package has the id
     ├── ModuleLoadError ................... found, but import or validation failed
@@ -100,15 +100,20 @@ class ValidationError(AmplifierError, ValueError):
 
 
 class ContextFileError(AmplifierError, ValueError):
-    """A persisted context file has a line that is not a JSON message (not the last line).
+    """A persisted context file has a bad line, or could not be read or written.
 
-    ``path`` is the file and ``line`` the 1-based line number.
+    ``path`` is the file. ``line`` is the 1-based number of a line that is not a JSON
+    message (``path:line: not a JSON message (problem)``), or None when reading or writing
+    failed (``path: problem``; the ``OSError`` is the ``__cause__``).
     """
 
-    def __init__(self, path: Path, line: int, problem: str) -> None:
+    def __init__(self, path: Path, line: int | None, problem: str) -> None:
         self.path = path
         self.line = line
-        super().__init__(f"{path}:{line}: not a JSON message ({problem})")
+        if line is None:
+            super().__init__(f"{path}: {problem}")
+        else:
+            super().__init__(f"{path}:{line}: not a JSON message ({problem})")
 
 
 class ModuleNotFoundError(AmplifierError):

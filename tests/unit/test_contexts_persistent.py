@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +226,192 @@ async def test_mount_without_path_or_session_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="path"):
         await mount(Bare(), {})
+
+
+# --- a failing disk ---------------------------------------------------------------------
+
+FULL = "FULL-DISK"  # content marking the writes the fake disk cuts short
+
+
+class FailingDisk:
+    """A fake ``os.write`` / ``os.ftruncate``: writes holding ``FULL`` are torn.
+
+    Such a write stores half of its bytes and returns that count (a short write); the next
+    write on the same descriptor fails with ENOSPC, as a full disk does. Every other write
+    goes through. With ``truncate_fails``, ``os.ftruncate`` fails with EIO.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.real_write = os.write
+        self.real_ftruncate = os.ftruncate
+        self.short: set[int] = set()
+        self.truncate_fails = False
+        monkeypatch.setattr(os, "write", self.write)
+        monkeypatch.setattr(os, "ftruncate", self.ftruncate)
+
+    def write(self, fd: int, data: Any) -> int:
+        if fd in self.short:
+            self.short.discard(fd)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if FULL.encode() in bytes(data):
+            self.short.add(fd)
+            return self.real_write(fd, bytes(data)[: len(data) // 2])
+        return self.real_write(fd, data)
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        if self.truncate_fails:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        self.real_ftruncate(fd, length)
+
+
+def full(text: str = "") -> dict[str, Any]:
+    return {"role": "assistant", "content": f"{FULL} {text}" + "y" * 200}
+
+
+async def test_a_failed_append_leaves_file_and_history_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ctx.jsonl"
+    manager = PersistentContextManager(path)
+    await manager.add_message(USER)
+    before, estimate = path.read_bytes(), manager.token_estimate
+    disk = FailingDisk(monkeypatch)
+
+    with pytest.raises(ContextFileError, match="No space left on device") as info:
+        await manager.add_message(full())
+    assert info.value.path == path
+    assert str(path) in str(info.value)
+    assert isinstance(info.value.__cause__, OSError)
+    assert info.value.__cause__.errno == errno.ENOSPC
+    assert path.read_bytes() == before
+    assert await manager.get_messages() == [USER]
+    assert manager.token_estimate == estimate
+
+    with pytest.raises(ContextFileError):  # a batch fails whole too
+        await manager.add_messages([{"role": "user", "content": "ok"}, full("b")])
+    assert path.read_bytes() == before
+    assert await manager.get_messages() == [USER]
+    assert manager.token_estimate == estimate
+    assert not disk.short
+
+    await manager.add_message({"role": "user", "content": "after"})
+    await manager.add_messages([{"role": "user", "content": "x"}, {"role": "user", "content": "y"}])
+    expected = [USER] + [{"role": "user", "content": c} for c in ("after", "x", "y")]
+    assert await manager.get_messages() == expected
+    assert await PersistentContextManager(path).get_messages() == expected
+    assert lines(path) == expected
+
+
+async def test_a_torn_write_that_cannot_be_undone_is_never_continued(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ctx.jsonl"
+    manager = PersistentContextManager(path)
+    await manager.add_message(USER)
+    before = path.read_bytes()
+    disk = FailingDisk(monkeypatch)
+    disk.truncate_fails = True
+
+    with pytest.raises(ContextFileError, match="No space left on device"):
+        await manager.add_messages([{"role": "user", "content": "whole"}, full("batch")])
+    torn = path.read_bytes()
+    assert torn.startswith(before)
+    assert not torn.endswith(b"\n")  # the torn record is the last line
+    # while the torn bytes cannot be cut off, nothing is appended after them
+    with pytest.raises(ContextFileError, match="could not be undone"):
+        await manager.add_message({"role": "user", "content": "refused"})
+    assert path.read_bytes() == torn
+    assert await manager.get_messages() == [USER]
+
+    disk.truncate_fails = False
+    await manager.add_message({"role": "user", "content": "next"})
+    expected = [USER, {"role": "user", "content": "next"}]
+    assert await manager.get_messages() == expected
+    assert lines(path) == expected  # the whole part of the failed batch is gone too
+    assert await PersistentContextManager(path).get_messages() == expected
+
+
+async def test_a_process_that_dies_with_an_undone_torn_write_reloads_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ctx.jsonl"
+    manager = PersistentContextManager(path)
+    await manager.add_message(USER)
+    disk = FailingDisk(monkeypatch)
+    disk.truncate_fails = True
+    with pytest.raises(ContextFileError):
+        await manager.add_message(full())
+    monkeypatch.undo()
+    # the torn record is the last line: a new manager drops it, like a crash's
+    resumed = PersistentContextManager(path)
+    assert await resumed.get_messages() == [USER]
+    assert lines(path) == [USER]
+
+
+async def test_an_append_after_bytes_it_did_not_write_starts_a_new_line(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.jsonl"
+    manager = PersistentContextManager(path)
+    await manager.add_message(USER)
+    with path.open("ab") as other:  # a foreign writer (unsupported) leaves no newline
+        other.write(json.dumps({"role": "user", "content": "foreign"}).encode())
+    await manager.add_message({"role": "user", "content": "mine"})
+    assert [m["content"] for m in lines(path)] == ["héllo", "foreign", "mine"]
+
+
+async def test_a_failed_rewrite_leaves_file_and_history_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ctx.jsonl"
+    manager = PersistentContextManager(path)
+    await manager.set_messages([USER])
+    before = path.read_bytes()
+    FailingDisk(monkeypatch)
+    with pytest.raises(ContextFileError, match="No space left on device") as info:
+        await manager.set_messages([USER, full()])
+    assert info.value.path == path
+    assert path.read_bytes() == before
+    assert names(tmp_path) == ["ctx.jsonl"]  # the temporary file is removed
+    assert await manager.get_messages() == [USER]
+
+
+async def test_an_unreadable_file_is_a_context_file_error(tmp_path: Path) -> None:
+    with pytest.raises(ContextFileError, match="cannot read") as info:
+        await PersistentContextManager(tmp_path).load()
+    assert info.value.path == tmp_path
+    assert info.value.line is None
+
+
+async def test_mount_rejects_a_directory_path_with_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^context-persistent\.path: .* is a directory$"):
+        await mount(MockCoordinator(), {"path": str(tmp_path)})
+    with pytest.raises(ConfigError, match=r"^context-persistent\.transcript_path: .*directory"):
+        await mount(MockCoordinator(), {"transcript_path": str(tmp_path)})
+
+
+async def test_mount_rejects_a_path_whose_directory_cannot_be_created(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match=r"^context-persistent\.path: cannot create") as info:
+        await mount(MockCoordinator(), {"path": str(blocker / "sub" / "ctx.jsonl")})
+    assert "\n" not in str(info.value)
+    assert str(blocker) in str(info.value)
+    with pytest.raises(ConfigError, match=r"^context-persistent\.path: .* is not a directory$"):
+        await mount(MockCoordinator(), {"path": str(blocker / "ctx.jsonl")})
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"max_tokens": "lots"}, "max_tokens"),
+        ({"compaction_threshold": float("nan")}, "compaction_threshold"),
+        ({"safety_margin": True}, "safety_margin"),
+    ],
+)
+async def test_mount_rejects_bad_numbers_naming_the_key(
+    tmp_path: Path, config: dict[str, Any], key: str
+) -> None:
+    coordinator = MockCoordinator()
+    with pytest.raises(ConfigError, match=rf"^context-persistent\.{key}: expected "):
+        await mount(coordinator, {"path": str(tmp_path / "ctx.jsonl"), **config})
+    assert coordinator.mount_history == []
+    assert not (tmp_path / "ctx.jsonl").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anyio
@@ -215,3 +216,46 @@ async def test_mount_builds_from_config_and_uses_the_coordinators_hooks() -> Non
 async def test_mount_rejects_bad_config() -> None:
     with pytest.raises(ConfigError, match="target_usage"):
         await mount(MockCoordinator(), {"target_usage": 0})
+
+
+FRACTION = "a number with 0 < value <= 1"
+BAD_NUMBERS = [
+    ("max_tokens", "lots", "a positive integer"),
+    ("max_tokens", True, "a positive integer"),
+    ("max_tokens", -5, "a positive integer"),
+    ("max_tokens", 1.5, "a positive integer"),
+    ("compaction_threshold", float("nan"), FRACTION),
+    ("compaction_threshold", "0.5", FRACTION),
+    ("compaction_threshold", True, FRACTION),
+    ("compact_threshold", float("inf"), FRACTION),
+    ("target_usage", -0.1, FRACTION),
+    ("target_usage", [0.5], FRACTION),
+    ("safety_margin", -1, "an integer >= 0"),
+    ("safety_margin", 2.5, "an integer >= 0"),
+    ("safety_margin", False, "an integer >= 0"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), BAD_NUMBERS)
+async def test_mount_rejects_bad_numbers_naming_the_key(
+    key: str, value: Any, expected: str
+) -> None:
+    coordinator = MockCoordinator()
+    with pytest.raises(ConfigError) as info:
+        await mount(coordinator, {key: value})
+    assert str(info.value) == f"context-simple.{key}: expected {expected}, got {value!r}"
+    assert coordinator.mount_history == []
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), BAD_NUMBERS)
+def test_the_constructor_rejects_bad_numbers_too(key: str, value: Any, expected: str) -> None:
+    key = "compaction_threshold" if key == "compact_threshold" else key
+    with pytest.raises(ConfigError, match=rf"^{key}: expected {re.escape(expected)}, got "):
+        SimpleContextManager(**{key: value})
+
+
+async def test_null_config_values_mean_the_default() -> None:
+    coordinator = MockCoordinator()
+    await mount(coordinator, {"max_tokens": None, "compaction_threshold": None})
+    manager = coordinator.get("context")
+    assert (manager.max_tokens, manager.compaction_threshold) == (200_000, 0.92)

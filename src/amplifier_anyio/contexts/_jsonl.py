@@ -1,14 +1,18 @@
 """Blocking file work for context-persistent; every function here runs in a worker thread.
 
 The file holds one JSON message per line (UTF-8, ``\\n`` terminated). Appends are one
-``write`` of a whole line followed by ``fsync``; rewrites go to a temporary file in the
-same directory, are fsynced, then ``os.replace``-d over the old file, and the directory is
-fsynced, so a crash leaves either the old file or the new one.
+``write`` of whole lines followed by ``fsync``, and all or nothing: a failed write (a full
+disk) is cut off again. Rewrites go to a temporary file in the same directory, are
+fsynced, then ``os.replace``-d over the old file, and the directory is fsynced, so a crash
+leaves either the old file or the new one. An ``OSError`` that fails a read, an append or
+a rewrite becomes a :class:`ContextFileError` naming the file, with the ``OSError`` as its
+cause.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import json
 import os
@@ -20,6 +24,7 @@ from ..errors import ContextFileError
 
 __all__ = (
     "ContextFileError",
+    "AppendError",
     "encode",
     "append_line",
     "rewrite",
@@ -28,28 +33,101 @@ __all__ = (
 )
 
 
+class AppendError(ContextFileError):
+    """An append failed. The file is as it was before, unless :attr:`undo_to` is set.
+
+    ``undo_to`` is the size the file had before the failed write, when cutting the torn
+    bytes off failed too: the next :func:`append_line` must get it, so that it cuts them
+    off before it appends anything.
+    """
+
+    def __init__(self, path: Path, problem: str, undo_to: int | None) -> None:
+        super().__init__(path, None, problem)
+        self.undo_to = undo_to
+
+
 def encode(message: dict[str, Any]) -> bytes:
     """One line of the file for ``message``."""
     return (json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def append_line(path: Path, line: bytes) -> None:
-    """Append ``line`` and fsync; create the file (and fsync its directory) if needed."""
-    created = not path.exists()
-    if created:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def append_line(path: Path, data: bytes, undo_to: int | None = None) -> None:
+    """Append ``data`` (whole lines) and fsync; create the file (and fsync its directory).
+
+    All or nothing: when the write or the fsync fails, the file is truncated back to its
+    old size and fsynced before :class:`AppendError` is raised. If that fails too, the
+    error's ``undo_to`` says where the torn bytes start; given back here as ``undo_to``,
+    they are cut off first, and nothing is appended while that fails. ``data`` never
+    continues a line this function did not finish: after bytes without a final newline
+    (another writer's) it starts on a new line.
+    """
     try:
-        _write_all(fd, line)
-        os.fsync(fd)
+        created = not path.exists()
+        if created:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise AppendError(path, f"cannot append: {_reason(exc)}", undo_to) from exc
+    try:
+        _append(path, fd, data, undo_to)
     finally:
-        os.close(fd)
+        # after a successful fsync a failing close loses nothing; after a failure the
+        # AppendError is the one to report
+        with contextlib.suppress(OSError):
+            os.close(fd)
     if created:
         _fsync_dir(path.parent)
 
 
+def _append(path: Path, fd: int, data: bytes, undo_to: int | None) -> None:
+    try:
+        if undo_to is not None and os.fstat(fd).st_size > undo_to:  # never extend the file
+            _truncate(fd, undo_to)
+    except OSError as exc:
+        problem = f"cannot append: an earlier failed write could not be undone ({_reason(exc)})"
+        raise AppendError(path, problem, undo_to) from exc
+    try:
+        size = os.fstat(fd).st_size
+        if size and not _ends_with_newline(fd, size):
+            data = b"\n" + data
+    except OSError as exc:
+        raise AppendError(path, f"cannot append: {_reason(exc)}", None) from exc
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    except OSError as exc:
+        problem = f"cannot append: {_reason(exc)}"
+        try:
+            _truncate(fd, size)
+        except OSError as undo_exc:
+            problem += f"; cutting off the torn write failed too ({_reason(undo_exc)})"
+            raise AppendError(path, problem, size) from exc
+        raise AppendError(path, problem, None) from exc
+
+
+def _ends_with_newline(fd: int, size: int) -> bool:
+    os.lseek(fd, size - 1, os.SEEK_SET)  # reads only: O_APPEND writes go to the end anyway
+    return os.read(fd, 1) == b"\n"
+
+
+def _truncate(fd: int, size: int) -> None:
+    os.ftruncate(fd, size)
+    os.fsync(fd)
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
 def rewrite(path: Path, lines: list[bytes]) -> None:
-    """Atomically replace the file's content with ``lines``."""
+    """Atomically replace the file's content with ``lines`` (the old file stays on error)."""
+    try:
+        _rewrite(path, lines)
+    except OSError as exc:
+        raise ContextFileError(path, None, f"cannot rewrite: {_reason(exc)}") from exc
+
+
+def _rewrite(path: Path, lines: list[bytes]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -77,6 +155,8 @@ def read_messages(path: Path) -> tuple[list[dict[str, Any]], bool]:
         data = path.read_bytes()
     except FileNotFoundError:
         return [], False
+    except OSError as exc:
+        raise ContextFileError(path, None, f"cannot read: {_reason(exc)}") from exc
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline
     messages = [
@@ -111,6 +191,8 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
+        if not written:  # not expected of a regular file; never loop on it
+            raise OSError(errno.EIO, "write stored nothing")
         view = view[written:]
 
 

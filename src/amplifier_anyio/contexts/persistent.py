@@ -7,7 +7,9 @@ Every message is one JSON line of the file, appended and fsynced in a worker thr
 with :class:`ContextFileError`, and closes every tool call that has no result (the process
 died while the tool ran) with an *interrupted* result — see :func:`interrupted_result` —
 so a resumed conversation never sends an orphaned tool call. A repaired file is rewritten
-at once. One writer per file: two managers on one path are not supported.
+at once. An append that fails (a full disk) fails whole: the file is cut back to what it
+was and the messages are not added to the history either; the error is a
+:class:`ContextFileError`. One writer per file: two managers on one path are not supported.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ CONTEXT_MESSAGES_FILENAME = "context-messages.jsonl"
 """The file name Amplifier uses inside a session directory."""
 
 INTERRUPTED_ERROR = "Tool execution was interrupted"
+
+MODULE_ID = "context-persistent"
 
 
 def interrupted_result(call_id: str, name: str) -> dict[str, Any]:
@@ -138,6 +142,7 @@ class PersistentContextManager(SimpleContextManager):
         self._lock = anyio.Lock()
         self._loaded = False
         self._loaded_from_file = False
+        self._undo_to: int | None = None  # where torn bytes of a failed append start
         self.interrupted_calls_closed = 0
         """How many open tool calls the load closed with an interrupted result."""
 
@@ -151,26 +156,31 @@ class PersistentContextManager(SimpleContextManager):
         await self._ready()
 
     async def add_message(self, message: dict[str, Any]) -> None:
-        """Append a copy of ``message`` to the file (fsynced) and to the history."""
+        """Append a copy of ``message`` to the file (fsynced) and to the history.
+
+        If writing fails, :class:`ContextFileError` is raised and neither the file nor
+        the history has the message.
+        """
         stored, cost = self._prepare(message)
         line = _jsonl.encode(stored)
         async with self._lock:
             await self._load_locked()
-            # not abandoned on cancel: the line is written either way, so keep it in memory
-            await anyio.to_thread.run_sync(_jsonl.append_line, self.path, line)
+            await self._append_locked(line)
             self._append(stored, cost)
 
     async def add_messages(self, messages: list[dict[str, Any]]) -> None:
         """Append several messages with one write and one fsync (one tool batch's results).
 
-        A crash mid-write leaves at most a torn last line, which loading ignores; calls
-        whose results were lost are then closed as interrupted.
+        All or none: if writing fails, :class:`ContextFileError` is raised and neither the
+        file nor the history has any of them. A crash mid-write leaves at most a torn last
+        line, which loading ignores; calls whose results were lost are then closed as
+        interrupted.
         """
         prepared = [self._prepare(message) for message in messages]
         lines = b"".join(_jsonl.encode(stored) for stored, _ in prepared)
         async with self._lock:
             await self._load_locked()
-            await anyio.to_thread.run_sync(_jsonl.append_line, self.path, lines)
+            await self._append_locked(lines)
             for stored, cost in prepared:
                 self._append(stored, cost)
 
@@ -213,9 +223,20 @@ class PersistentContextManager(SimpleContextManager):
         if closed:
             logger.warning("%s: closed %d interrupted tool call(s)", self.path, closed)
 
+    async def _append_locked(self, data: bytes) -> None:
+        # not abandoned on cancel: the thread finishes either way, and what it reports
+        # (written, or not written at all) is what the history must follow
+        try:
+            await anyio.to_thread.run_sync(_jsonl.append_line, self.path, data, self._undo_to)
+        except _jsonl.AppendError as exc:
+            self._undo_to = exc.undo_to
+            raise
+        self._undo_to = None
+
     async def _rewrite_locked(self, prepared: list[tuple[dict[str, Any], int]]) -> None:
         lines = [_jsonl.encode(stored) for stored, _ in prepared]
         await anyio.to_thread.run_sync(_jsonl.rewrite, self.path, lines)
+        self._undo_to = None  # the new file has no torn bytes
         self._replace(prepared)
 
 
@@ -227,6 +248,21 @@ def _load(path: Path, estimator: Estimator) -> tuple[list[dict[str, Any]], list[
     if torn or closed:
         _jsonl.rewrite(path, [_jsonl.encode(message) for message in repaired])
     return repaired, [estimator(message) for message in repaired], closed
+
+
+def _check_path(path: Path, key: str) -> None:
+    """Fail with a one-line ConfigError unless ``path`` can be this module's file."""
+    try:
+        if path.is_dir():
+            raise ConfigError(f"{key}: {path} is a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:  # a file (or a dangling link) where a directory is needed
+        raise ConfigError(
+            f"{key}: cannot create the directory {path.parent}: it exists and is not a directory"
+        ) from exc
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+        raise ConfigError(f"{key}: cannot create the directory {path.parent}: {problem}") from exc
 
 
 def default_path(session_id: str, cwd: Path | None = None) -> Path:
@@ -247,20 +283,23 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Clean
     """Entry point of ``context-persistent``: build, load and mount at ``context``.
 
     The file is ``config["path"]`` (or Amplifier's key ``transcript_path``), else
-    :func:`default_path` of the coordinator's ``session_id``.
+    :func:`default_path` of the coordinator's ``session_id``. Its directory is created
+    now; a path that is a directory, or whose directory cannot be created, is a
+    :class:`ConfigError` naming the key.
     """
     config = config or {}
-    path = config.get("path", config.get("transcript_path"))
+    settings = settings_from_config(config, module=MODULE_ID)
+    key = "path" if "path" in config else "transcript_path"
+    path = config.get(key)
     if not path:
         session_id = getattr(coordinator, "session_id", None)
         if not session_id:
-            raise ConfigError("context-persistent: 'path' is required when there is no session id")
+            raise ConfigError(f"{MODULE_ID}.path: required when there is no session id")
         path = default_path(str(session_id))
     if not isinstance(path, str | os.PathLike):
-        raise ConfigError(f"context-persistent: 'path' must be a path, got {path!r}")
-    manager = PersistentContextManager(
-        path, **settings_from_config(config), hooks=getattr(coordinator, "hooks", None)
-    )
+        raise ConfigError(f"{MODULE_ID}.{key}: expected a path, got {path!r}")
+    await anyio.to_thread.run_sync(_check_path, Path(path), f"{MODULE_ID}.{key}")
+    manager = PersistentContextManager(path, **settings, hooks=getattr(coordinator, "hooks", None))
     await manager.load()
     await coordinator.mount("context", manager)
     return None

@@ -199,30 +199,58 @@ class SimpleContextManager:
             logger.exception("emitting %s failed", event)
 
 
+_ALIASES = {"compaction_threshold": ("compaction_threshold", "compact_threshold")}
+"""Config keys read for a setting, first found wins (Amplifier says ``compact_threshold``)."""
+
+
+def _check_setting(setting: str, value: object, label: str) -> None:
+    """Raise ``ConfigError("<label>: expected ..., got <value>")`` unless ``value`` fits.
+
+    ``max_tokens`` is an int > 0 and ``safety_margin`` an int >= 0; the two fractions are
+    finite real numbers with 0 < value <= 1. A bool is never a number here.
+    """
+    if isinstance(value, bool):
+        ok = False
+    elif setting in ("max_tokens", "safety_margin"):
+        ok = isinstance(value, int) and value >= (1 if setting == "max_tokens" else 0)
+    else:
+        ok = isinstance(value, int | float) and 0 < value <= 1  # NaN fails the comparison
+    if not ok:
+        expected = {
+            "max_tokens": "a positive integer",
+            "safety_margin": "an integer >= 0",
+        }.get(setting, "a number with 0 < value <= 1")
+        raise ConfigError(f"{label}: expected {expected}, got {value!r}")
+
+
 def _check_settings(
     max_tokens: int, threshold: float, target_usage: float, safety_margin: int
 ) -> None:
-    if not isinstance(max_tokens, int) or max_tokens <= 0:
-        raise ConfigError(f"max_tokens: expected a positive integer, got {max_tokens!r}")
-    if not 0 < threshold <= 1:
-        raise ConfigError(f"compaction_threshold: expected 0 < value <= 1, got {threshold!r}")
-    if not 0 < target_usage <= 1:
-        raise ConfigError(f"target_usage: expected 0 < value <= 1, got {target_usage!r}")
-    if not isinstance(safety_margin, int) or safety_margin < 0:
-        raise ConfigError(f"safety_margin: expected an integer >= 0, got {safety_margin!r}")
+    _check_setting("max_tokens", max_tokens, "max_tokens")
+    _check_setting("compaction_threshold", threshold, "compaction_threshold")
+    _check_setting("target_usage", target_usage, "target_usage")
+    _check_setting("safety_margin", safety_margin, "safety_margin")
 
 
-def settings_from_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The constructor keywords for a module config (``compact_threshold`` is an alias)."""
-    threshold = config.get("compaction_threshold", config.get("compact_threshold"))
-    return {
-        "max_tokens": config.get("max_tokens", DEFAULTS["max_tokens"]),
-        "compaction_threshold": DEFAULTS["compaction_threshold"]
-        if threshold is None
-        else threshold,
-        "target_usage": config.get("target_usage", DEFAULTS["target_usage"]),
-        "safety_margin": config.get("safety_margin", DEFAULTS["safety_margin"]),
-    }
+def settings_from_config(
+    config: Mapping[str, Any], module: str = "context-simple"
+) -> dict[str, Any]:
+    """The constructor keywords for a module config, every value checked.
+
+    A missing or null key takes its default (``compact_threshold`` is accepted for
+    ``compaction_threshold``). A bad value raises :class:`ConfigError` naming the key as
+    ``<module>.<key>``, e.g. ``context-simple.max_tokens: expected a positive integer,
+    got 'lots'``.
+    """
+    settings = dict(DEFAULTS)
+    for setting in DEFAULTS:
+        for key in _ALIASES.get(setting, (setting,)):
+            value = config.get(key)
+            if value is not None:
+                _check_setting(setting, value, f"{module}.{key}")
+                settings[setting] = value
+                break
+    return settings
 
 
 async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Cleanup | None:
