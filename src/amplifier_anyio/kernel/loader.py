@@ -93,16 +93,22 @@ class ModuleLoader:
     async def _resolve(
         self, resolver: Any, module_id: str, source_hint: str | None, tried: list[str]
     ) -> Path | None:
+        """Ask the mounted resolver; a synchronous one runs in a worker thread (it reads
+        the file system, or even fetches)."""
         try:
             resolve_async = getattr(resolver, "async_resolve", None)
             if resolve_async is not None:
                 source = await resolve_async(module_id, source_hint=source_hint, profile_hint=None)
-            else:
-                source = resolver.resolve(module_id, source_hint=source_hint, profile_hint=None)
-            return Path(source.resolve())
+                return Path(await anyio.to_thread.run_sync(source.resolve))
+            return await anyio.to_thread.run_sync(
+                partial(_resolve_sync, resolver, module_id, source_hint)
+            )
         except (ModuleNotFoundError, builtins.ModuleNotFoundError, LookupError) as exc:
             tried.append(f"source resolver: {exc}")
             return None
+        except Exception as exc:
+            msg = f"the module source resolver failed: {type(exc).__name__}: {exc}"
+            raise ModuleLoadError(module_id, msg) from exc
 
     def _find_sync(
         self, module_id: str, source_hint: str | None, resolved: Path | None, tried: list[str]
@@ -160,6 +166,11 @@ class ModuleLoader:
             sys.path.insert(0, root_text)
             self._added_paths.append(root_text)
         return _import_mount(module_id, name)
+
+
+def _resolve_sync(resolver: Any, module_id: str, source_hint: str | None) -> Path:
+    source = resolver.resolve(module_id, source_hint=source_hint, profile_hint=None)
+    return Path(source.resolve())
 
 
 def _import_mount(module_id: str, package: str) -> Mount:

@@ -174,15 +174,23 @@ class AmplifierSession:
                 for spec in specs:
                     await self._mount_optional(kind, spec)
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self.coordinator.cleanup()
-            self.loader.cleanup()
+            await self._undo_mounts()
             raise
         self._state = SessionState.OPENED
         if self.parent_id is not None:
             await self.coordinator.hooks.emit(
                 SESSION_FORK, {"parent": self.parent_id, "session_id": self.session_id}
             )
+
+    async def _undo_mounts(self) -> None:
+        """Clean up what a failed start mounted; the start's own error stays the one raised."""
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.coordinator.cleanup()
+        except BaseException:
+            logger.exception("cleaning up after a failed session start failed too")
+        finally:
+            self.loader.cleanup()
 
     async def _mount(self, kind: str, spec: ModuleSpec) -> None:
         assert self.plan is not None
@@ -194,12 +202,17 @@ class AmplifierSession:
             self._rename_provider(before, spec)
 
     def _rename_provider(self, before: dict[str, Any], spec: ModuleSpec) -> None:
+        """Mount what the entry added under its ``id``: one provider takes the id itself,
+        several keep their names behind it (``<id>-<name>``), so none is lost."""
         providers = self.coordinator.get("providers")
         added = [
             name for name in providers if name not in before or providers[name] is not before[name]
         ]
+        if len(added) == 1:
+            providers[spec.instance_id] = providers.pop(added[0])
+            return
         for name in added:
-            providers[spec.instance_id] = providers.pop(name)
+            providers[f"{spec.instance_id}-{name}"] = providers.pop(name)
 
     async def _mount_required(self, kind: str, spec: ModuleSpec) -> None:
         await self._mount(kind, spec)

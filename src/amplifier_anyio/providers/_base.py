@@ -15,12 +15,15 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar, Protocol
 
+import anyio
 import attrs
 import httpx
 
 from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall
 from ._http import HookEmitter, HTTPClient, RetryPolicy, error_from_payload
 from ._sse import SSEEvent
+
+_CLOSE_TIMEOUT = 5.0  # seconds closing the HTTP client of a failed mount may take
 
 __all__ = (
     "ProviderSpec",
@@ -267,5 +270,11 @@ async def mount_provider(
         )
         return None
     provider = provider_cls(cfg, hooks=getattr(coordinator, "hooks", None))
-    await coordinator.mount("providers", provider, name=provider.name)
+    try:
+        await coordinator.mount("providers", provider, name=provider.name)
+    except BaseException:
+        # Nobody will run a cleanup for a mount that failed: close the client here.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT):
+            await provider.http.aclose()
+        raise
     return provider.http.aclose
