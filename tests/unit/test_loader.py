@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import importlib
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -265,8 +266,32 @@ async def test_a_resolver_failing_otherwise_is_not_hidden(sandbox: Sandbox) -> N
         coordinator=await with_resolver(Resolver(refusal=PermissionError("cache locked")))
     )
 
-    with pytest.raises(PermissionError, match="cache locked"):
+    # One error type for a failed load, with the resolver's own error named and chained.
+    with pytest.raises(ModuleLoadError, match="PermissionError: cache locked") as caught:
         await loader.load(sandbox.module_id)
+    assert isinstance(caught.value.__cause__, PermissionError)
+
+
+class ThreadRecordingResolver(Resolver):
+    """A synchronous resolver that records which thread asked it."""
+
+    def resolve(self, module_id: str, source_hint: Any = None, profile_hint: Any = None) -> Source:
+        self.thread = threading.current_thread()
+        return super().resolve(module_id, source_hint, profile_hint)
+
+
+async def test_a_synchronous_resolver_runs_off_the_event_loop(sandbox: Sandbox) -> None:
+    modules = sandbox.directory("resolved")
+    sandbox.write_package(modules, "resolved")
+    resolver = ThreadRecordingResolver(modules)
+    loader = ModuleLoader(coordinator=await with_resolver(resolver))
+
+    mount = await loader.load(sandbox.module_id)
+    assert await mount(None) == ("resolved", {})
+    loader.cleanup()
+
+    # It may read the disk or fetch: never on the loop's own thread.
+    assert resolver.thread is not threading.current_thread()
 
 
 # -- errors ----------------------------------------------------------------------------------
