@@ -11,6 +11,7 @@ from __future__ import annotations
 from .errors import (
     AmplifierError,
     ConfigError,
+    ContextWriteError,
     LLMError,
     ModuleLoadError,
     ModuleNotFoundError,
@@ -26,6 +27,7 @@ from .kernel import (
     ModuleLoader,
     ModuleSpec,
     MountPlan,
+    SessionState,
     SessionStatus,
     ToolCallContext,
     TurnResult,
@@ -54,6 +56,7 @@ __all__ = (
     "__version__",
     # sessions and turns
     "AmplifierSession",
+    "SessionState",
     "SessionStatus",
     "TurnResult",
     "TurnStatus",
@@ -84,6 +87,7 @@ __all__ = (
     # errors
     "AmplifierError",
     "ConfigError",
+    "ContextWriteError",
     "ValidationError",
     "SessionError",
     "ModuleNotFoundError",

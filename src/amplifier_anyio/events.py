@@ -6,6 +6,12 @@ the events amplifier_anyio adds: ``session:config`` (upstream emits it but does 
 and the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``. Names follow
 ``namespace:action[:detail]`` in lower case; each constant is the upper snake case of its
 string.
+
+Not every name is emitted by something here. :data:`EMITTED_EVENTS` are the ones a
+built-in module emits; :data:`RESERVED_EVENTS` are kept so that an upstream module's hook
+on them registers (and so the names stay taken), but nothing built in emits them yet —
+``tool:selecting`` / ``tool:selected`` are reserved for the loop-events orchestrator. A
+test keeps both sets honest against the source.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ __all__ = (
     "TOOL_SELECTING",
     "TOOL_SELECTED",
     "ALL_EVENTS",
+    "EMITTED_EVENTS",
+    "RESERVED_EVENTS",
 )
 
 SESSION_START: Final = "session:start"
@@ -158,3 +166,32 @@ ALL_EVENTS: Final[tuple[str, ...]] = (
     TOOL_SELECTED,
 )
 """Every canonical event name, upstream's first, in upstream's order."""
+
+RESERVED_EVENTS: Final[frozenset[str]] = frozenset(
+    {
+        PLAN_START,
+        PLAN_END,
+        PROVIDER_THROTTLE,
+        PROVIDER_RESOLVE,
+        LLM_REQUEST,
+        LLM_RESPONSE,
+        THINKING_FINAL,
+        CONTEXT_COMPACTION,
+        CONTEXT_INCLUDE,
+        USER_NOTIFICATION,
+        ARTIFACT_WRITE,
+        ARTIFACT_READ,
+        POLICY_VIOLATION,
+        APPROVAL_REQUIRED,
+        APPROVAL_GRANTED,
+        APPROVAL_DENIED,
+        MODULE_ON_SESSION_READY_FAILED,
+        SESSION_CONFIG,
+        TOOL_SELECTING,
+        TOOL_SELECTED,
+    }
+)
+"""Canonical names nothing built in emits yet (upstream's, and loop-events' scheduler stage)."""
+
+EMITTED_EVENTS: Final[tuple[str, ...]] = tuple(e for e in ALL_EVENTS if e not in RESERVED_EVENTS)
+"""The events built-in modules emit, in :data:`ALL_EVENTS` order."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from amplifier_anyio import events
-from amplifier_anyio.events import ALL_EVENTS
+from amplifier_anyio.events import ALL_EVENTS, EMITTED_EVENTS, RESERVED_EVENTS
+
+SRC = Path(events.__file__).parent
 
 # amplifier-core's ALL_EVENTS, in its order (43 names).
 UPSTREAM_EVENTS = (
@@ -100,4 +103,29 @@ def test_constant_name_is_upper_snake_of_its_value() -> None:
 
 
 def test_every_constant_is_exported() -> None:
-    assert set(_constants()) | {"ALL_EVENTS"} == set(events.__all__)
+    collections = {"ALL_EVENTS", "EMITTED_EVENTS", "RESERVED_EVENTS"}
+    assert set(_constants()) | collections == set(events.__all__)
+
+
+def _emitted_in_source(name: str, value: str) -> bool:
+    """Whether some module other than events.py refers to the event (by constant or string)."""
+    for path in SRC.rglob("*.py"):
+        if path.name == "events.py":
+            continue
+        text = path.read_text()
+        if re.search(rf"\b{name}\b", text) or f'"{value}"' in text:
+            return True
+    return False
+
+
+def test_emitted_and_reserved_events_are_what_the_source_says() -> None:
+    constants = {
+        value: name
+        for name, value in vars(events).items()
+        if name.isupper() and isinstance(value, str)
+    }
+    assert set(EMITTED_EVENTS) | RESERVED_EVENTS == set(ALL_EVENTS)
+    assert not set(EMITTED_EVENTS) & RESERVED_EVENTS
+    for value in ALL_EVENTS:
+        used = _emitted_in_source(constants[value], value)
+        assert used == (value in EMITTED_EVENTS), value

@@ -8,7 +8,7 @@ from .event_stream import Event, TurnEventStream
 from .hooks import Handler, HookRegistry, HookRegistryStatistics
 from .loader import ENTRY_POINT_GROUP, ModuleLoader, package_name
 from .mount_plan import ModuleSpec, MountPlan
-from .session import AmplifierSession, SessionStatus
+from .session import AmplifierSession, SessionState, SessionStatus
 from .tracing import (
     ToolCallContext,
     current_tool_call,
@@ -20,6 +20,7 @@ from .turns import TurnResult, TurnStatus
 
 __all__ = (
     "AmplifierSession",
+    "SessionState",
     "SessionStatus",
     "TurnEventStream",
     "Event",
