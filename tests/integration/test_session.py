@@ -799,3 +799,43 @@ async def test_a_session_without_parent_has_a_fresh_uuid_and_no_fork() -> None:
     assert {d["parent_id"] for _, d in events.events} == {None}
     assert {d["session_id"] for _, d in events.events} == {sessions[0].session_id}
     assert session.coordinator.session is session
+
+
+# -- failed starts and odd mounts --------------------------------------------------------------
+
+
+async def test_a_module_mounting_two_providers_under_one_id_keeps_both(
+    probe: Callable[..., dict[str, Any]],
+) -> None:
+    async def mount(coordinator: Any, config: dict[str, Any]) -> None:
+        for name in ("fast", "slow"):
+            await coordinator.mount(
+                "providers", ScriptedProvider([text_reply(f"from {name}")]), name=name
+            )
+
+    plan = make_plan(providers=[probe(mount, module="probe-pair", instance_id="pair")])
+    async with AmplifierSession(plan) as session:
+        assert sorted(session.coordinator.get("providers")) == ["pair-fast", "pair-slow"]
+
+
+async def test_a_failing_cleanup_does_not_replace_the_start_error(
+    probe: Callable[..., dict[str, Any]],
+) -> None:
+    async def orchestrator(coordinator: Any, config: dict[str, Any]) -> Any:
+        await mount_loop_basic(coordinator, {})
+
+        def fatal_cleanup() -> None:
+            raise SystemExit(3)
+
+        return fatal_cleanup
+
+    async def broken_context(coordinator: Any, config: dict[str, Any]) -> None:
+        raise ConfigError("context-probe.path: is a directory")
+
+    plan = make_plan(
+        orchestrator=probe(orchestrator, module="probe-orchestrator"),
+        context=probe(broken_context, module="probe-context"),
+    )
+    with pytest.raises(ConfigError, match="is a directory"):
+        async with AmplifierSession(plan):
+            pass

@@ -16,6 +16,7 @@ from amplifier_anyio.errors import (
     AuthenticationError,
     ContextLengthError,
     InvalidRequestError,
+    MountError,
     ProviderUnavailableError,
     RateLimitError,
 )
@@ -678,3 +679,21 @@ async def test_mount_with_key_mounts_and_cleanup_closes(monkeypatch: pytest.Monk
     assert mounted.http.hooks is coordinator.hooks
     await cleanup()
     assert mounted.http.is_closed
+
+
+class RefusingCoordinator(MockCoordinator):
+    """A coordinator whose provider mount point refuses the provider."""
+
+    async def mount(self, mount_point: str, module: Any, name: str | None = None) -> None:
+        self.refused = module
+        raise MountError("providers: refused")
+
+
+async def test_a_failed_mount_closes_the_provider_http_client() -> None:
+    coordinator = RefusingCoordinator()
+
+    with pytest.raises(MountError, match="refused"):
+        await mount(coordinator, {"api_key": "sk-test"})
+
+    # Nobody runs a cleanup for a mount that failed: the client must not be left open.
+    assert coordinator.refused.http.is_closed

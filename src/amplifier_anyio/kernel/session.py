@@ -202,8 +202,8 @@ class AmplifierSession:
             self._rename_provider(before, spec)
 
     def _rename_provider(self, before: dict[str, Any], spec: ModuleSpec) -> None:
-        """Mount what the entry added under its ``id``: one provider takes the id itself,
-        several keep their names behind it (``<id>-<name>``), so none is lost."""
+        """Mount what the entry added under its ``instance_id``: one provider takes it,
+        several keep their names behind it (``<instance_id>-<name>``): none is lost."""
         providers = self.coordinator.get("providers")
         added = [
             name for name in providers if name not in before or providers[name] is not before[name]
