@@ -28,9 +28,9 @@ import inspect
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
@@ -43,6 +43,10 @@ from ..kernel.tracing import ToolCallContext, current_trace_id, tool_call_scope
 from ..models import INVALID_ARGUMENTS_KEY, HookResult, ToolCall, ToolResult, unstructure
 from ..models._validators import number
 from ._requests import pending_injection
+
+if TYPE_CHECKING:
+    from ..interfaces import ContextManager, Tool
+    from ..kernel.hooks import HookRegistry
 
 __all__ = ("ToolBatchConfig", "ToolBatch", "cancelled_result", "CANCELLED_MESSAGE")
 
@@ -86,9 +90,9 @@ class ToolBatch:
     """
 
     calls: Sequence[ToolCall]
-    tools: dict[str, Any]
-    hooks: Any
-    coordinator: Any = None
+    tools: Mapping[str, Tool]
+    hooks: HookRegistry
+    coordinator: ModuleCoordinator | None = None
     """The coordinator that processes hook results; a fresh one when None."""
     config: ToolBatchConfig = attrs.field(factory=ToolBatchConfig)
     parallel_group_id: str = attrs.field(factory=lambda: str(uuid.uuid4()))
@@ -99,6 +103,7 @@ class ToolBatch:
     _slots: list[str | None] = attrs.field(init=False)
     _trace_id: str | None = attrs.field(init=False, factory=current_trace_id)
     _token: CancellationToken = attrs.field(init=False)
+    _hooks_owner: ModuleCoordinator = attrs.field(init=False)
     _is_async: dict[str, bool] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
@@ -107,6 +112,7 @@ class ToolBatch:
             # A batch run on its own gets a coordinator of its own, so hook results take
             # the one path (approval fails closed: it has no approval system).
             self.coordinator = ModuleCoordinator()
+        self._hooks_owner = self.coordinator
         self._token = self.coordinator.cancellation
 
     @property
@@ -114,7 +120,7 @@ class ToolBatch:
         """How many calls have a result so far."""
         return sum(slot is not None for slot in self._slots)
 
-    async def run(self, context: Any, assistant_message: dict[str, Any]) -> None:
+    async def run(self, context: ContextManager, assistant_message: dict[str, Any]) -> None:
         """Add ``assistant_message``, run every call, then add one tool message per call.
 
         Raises :class:`ContextWriteError` when a write failed or gave up (see the module
@@ -179,7 +185,7 @@ class ToolBatch:
         async with limiter:
             await self._execute(index, call)
 
-    async def _write_results(self, context: Any) -> None:
+    async def _write_results(self, context: ContextManager) -> None:
         messages = [
             {
                 "role": "tool",
@@ -214,7 +220,7 @@ class ToolBatch:
         result: HookResult = await self.hooks.emit(event, data)
         if result.action == "inject_context" and result.context_injection:
             result = self._defer(result, event, name)
-        processed: HookResult = await self.coordinator.process_hook_result(result, event, name)
+        processed: HookResult = await self._hooks_owner.process_hook_result(result, event, name)
         return processed
 
     def _defer(self, result: HookResult, event: str, name: str) -> HookResult:
