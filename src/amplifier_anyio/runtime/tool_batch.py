@@ -216,23 +216,28 @@ class ToolBatch:
         }
 
     async def _emit(self, event: str, data: dict[str, Any], name: str) -> HookResult:
-        """Emit an event whose handlers exist (callers check, to skip building the payload)."""
+        """Emit an event whose handlers exist (callers check, to skip building the payload).
+
+        An injection is held until the batch's results are written: persisted at once it
+        would land between the assistant's tool calls and their results, which providers
+        reject. The coordinator sees it as ephemeral (its limits and user messages still
+        apply) and it is held only once the coordinator accepted it, so an oversized one
+        never reaches the context or a request.
+        """
         result: HookResult = await self.hooks.emit(event, data)
-        if result.action == "inject_context" and result.context_injection:
-            result = self._defer(result, event, name)
-        processed: HookResult = await self._hooks_owner.process_hook_result(result, event, name)
+        injection = result.action == "inject_context" and bool(result.context_injection)
+        sent = (
+            attrs.evolve(result, ephemeral=True) if injection and not result.ephemeral else result
+        )
+        processed: HookResult = await self._hooks_owner.process_hook_result(sent, event, name)
+        if injection:
+            self._hold(result, event, name)
         return processed
 
-    def _defer(self, result: HookResult, event: str, name: str) -> HookResult:
-        """Hold a persistent injection until the batch's results are written.
-
-        Persisted at once it would land between the assistant's tool calls and their
-        results, which providers reject; so it is kept here and the coordinator sees it
-        as ephemeral (limits and user messages still apply).
-        """
+    def _hold(self, result: HookResult, event: str, name: str) -> None:
         if result.ephemeral:
             self.pending_injections.append(pending_injection(result))
-            return result
+            return
         self.deferred_messages.append(
             {
                 "role": result.context_injection_role,
@@ -240,7 +245,6 @@ class ToolBatch:
                 "metadata": {"source": "hook", "hook_name": name, "event": event},
             }
         )
-        return attrs.evolve(result, ephemeral=True)
 
     async def _execute(self, index: int, call: ToolCall) -> None:
         """Run one call through its hooks, filling its slot as soon as a result exists.
