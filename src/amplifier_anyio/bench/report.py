@@ -177,6 +177,18 @@ def plotting_problem() -> str | None:
     return None
 
 
+def plot_format_problem(path: Path) -> str | None:
+    """Why matplotlib cannot save a figure under ``path``'s suffix, or None (no suffix: PNG)."""
+    suffix = Path(path).suffix.lower().removeprefix(".")
+    if not suffix:
+        return None
+    backend_bases = importlib.import_module("matplotlib.backend_bases")
+    formats = sorted(backend_bases.FigureCanvasBase.get_supported_filetypes())
+    if suffix in formats:
+        return None
+    return f"unknown image format {suffix!r}; use one of {', '.join(formats)}"
+
+
 def write_plot(report: dict[str, Any], path: Path) -> None:
     """Overhead per call over the floor against N (log x), one panel per delay."""
     problem = plotting_problem()
