@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from . import __version__
 from .errors import AmplifierError, ConfigError, ModuleLoadError, ModuleNotFoundError
@@ -247,7 +248,7 @@ def _startup_problem(plan: MountPlan, module_id: str | None, exc: Exception) -> 
 def _warn_load_failed(event: str, data: dict[str, Any]) -> None:
     kind, module_id, error = data.get("module_type"), data.get("module_id"), data.get("error")
     err.print(
-        f"warning: {kind} {module_id!r} not loaded: {error}",
+        f"warning: {kind} {module_id!r} not loaded: {_one_line(str(error))}",
         markup=False,
         highlight=False,
         soft_wrap=True,
@@ -265,7 +266,7 @@ def _print_events(session: AmplifierSession) -> None:
         if len(text) > 160:
             text = text[:157] + "..."
         err.print(
-            f"[dim]{data.get('timestamp', '')[11:23]}[/dim] [bold]{event}[/bold] {text}",
+            f"[dim]{data.get('timestamp', '')[11:23]}[/dim] [bold]{event}[/bold] {escape(text)}",
             highlight=False,
         )
         return HookResult()
@@ -283,7 +284,7 @@ def _validate_command(
         problems = anyio.run(_validate, path)
     if problems:
         for problem in problems:
-            err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
+            err.print(f"error: {_one_line(problem)}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2)
 
 

@@ -249,3 +249,17 @@ def test_bench_plot_in_an_unknown_format_is_one_line_before_measuring(tmp_path: 
 
     assert one_line_error(result).startswith(f"error: --plot {path}: ")
     assert result.stdout == ""
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+def test_events_print_a_prompt_with_square_brackets_as_it_is() -> None:
+    wide = {"COLUMNS": "1000"}  # one event a line
+    result = CliRunner().invoke(app, ["run", "--events", "what does [/bold] mean"], env=wide)
+
+    assert result.exit_code == 0, result.output
+    assert "error" not in result.stderr  # rich took "[/bold]" for markup: the hook failed
+    submitted = [line for line in result.stderr.splitlines() if " prompt:submit " in line]
+    assert len(submitted) == 1
+    assert "[/bold]" in submitted[0]
