@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..errors import ConfigError
 
-__all__ = ("render_tables", "write_json", "write_plot", "plotting_problem")
+__all__ = ("render_tables", "write_json", "write_plot", "plotting_problem", "plot_format_problem")
 
 
 def _ms(seconds: float | None) -> str:
