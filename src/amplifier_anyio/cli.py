@@ -1,24 +1,28 @@
 """The ``amplifier-anyio`` command: run a turn, validate a plan or a module, benchmark.
 
-Exit codes: 0 ok; 1 the turn failed; 2 bad usage, a bad plan or an unknown module (one
-line on stderr, no traceback); 130 interrupted.
+Exit codes: 0 ok; 1 the turn failed; 2 bad usage, a bad plan, or a session that could not
+start (one line on stderr, no traceback); 130 interrupted (Ctrl-C, on either backend).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from . import __version__
 from .errors import AmplifierError, ConfigError, ModuleLoadError, ModuleNotFoundError
 from .events import MODULE_LOAD_FAILED
-from .kernel.loader import ModuleLoader
+from .kernel.loader import BoundMount, ModuleLoader
 from .kernel.mount_plan import MountPlan
 from .kernel.session import AmplifierSession
 from .kernel.turns import TurnStatus
@@ -63,9 +67,85 @@ def _root(
     """Run agent turns offline or against real providers, validate plans, benchmark."""
 
 
+_MAX_MESSAGE = 500  # characters of one error line
+
+
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    err.print(f"error: {_one_line(message)}", markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member groups (a task group's wrapping)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _cause(exc: BaseException) -> str:
+    """``Type: message`` of an exception (our own errors: the message), on one line."""
+    exc = _leaf(exc)
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_cause(inner) for inner in exc.exceptions)
+    message = _one_line(str(exc))
+    if isinstance(exc, AmplifierError) and message:
+        return message
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C: a KeyboardInterrupt, or a group holding one (trio raises it through nurseries)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(KeyboardInterrupt) is not None
+    return isinstance(exc, KeyboardInterrupt)
+
+
+@contextlib.contextmanager
+def _cli_command() -> Iterator[None]:
+    """Around a command: Ctrl-C is one line and exit 130; library log records are one line."""
+    handler = _LogLine()
+    package_logger = logging.getLogger("amplifier_anyio")
+    package_logger.addHandler(handler)
+    try:
+        yield
+    except BaseException as exc:
+        if not _interrupted(exc):
+            raise
+        err.print("interrupted", markup=False, highlight=False)
+        raise typer.Exit(130) from None
+    finally:
+        package_logger.removeHandler(handler)
+
+
+class _LogLine(logging.Handler):
+    """The library's warnings and errors as one line each on stderr, never a traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if _reported_as_event(record):
+            return
+        try:
+            message = record.getMessage()
+            if record.exc_info is not None and record.exc_info[1] is not None:
+                message = f"{message} ({_cause(record.exc_info[1])})"
+        except Exception:  # noqa: BLE001 - logging's own policy for a record that cannot format
+            self.handleError(record)
+            return
+        line = f"{record.levelname.lower()}: {_one_line(message)}"
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _reported_as_event(record: logging.LogRecord) -> bool:
+    # The session logs a module that failed to load and emits module:load_failed, which
+    # the CLI prints (_warn_load_failed): print it once.
+    return record.name == "amplifier_anyio.kernel.session" and "failed to load" in str(record.msg)
 
 
 def _check_backend(backend: str) -> None:
@@ -94,16 +174,9 @@ def _run_command(
 ) -> None:
     """Run one turn and print the answer."""
     _check_backend(backend)
-    mount_plan = _load_plan(plan)
-    try:
-        result = anyio.run(_run_turn, mount_plan, prompt, events, backend=backend)
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        raise typer.Exit(130) from None
-    except (ConfigError, ModuleNotFoundError, ModuleLoadError) as exc:
-        raise _fail(str(exc)) from None
-    except AmplifierError as exc:
-        raise _fail(str(exc), code=1) from None
+    with _cli_command():
+        mount_plan = _load_plan(plan)
+        result = _run(mount_plan, prompt, events, backend)
     if result.status is TurnStatus.ERROR:
         raise _fail(f"the turn failed: {type(result.error).__name__}: {result.error}", code=1)
     out.print(result.text, markup=False, highlight=False, soft_wrap=True)
@@ -112,19 +185,70 @@ def _run_command(
     raise typer.Exit(0 if result.status is not TurnStatus.CANCELLED else 1)
 
 
+def _run(plan: MountPlan, prompt: str, events: bool, backend: str) -> Any:
+    try:
+        return anyio.run(_run_turn, plan, prompt, events, backend=backend)
+    except Exception as exc:  # noqa: BLE001 - any failure is one line and an exit code
+        leaf = _leaf(exc)
+        if isinstance(leaf, _StartupError):
+            raise _fail(str(leaf)) from None
+        if isinstance(leaf, ConfigError | ModuleNotFoundError | ModuleLoadError):
+            raise _fail(_cause(leaf)) from None
+        # Not a result but an exception out of the turn: still one line, exit 1.
+        raise _fail(f"the turn failed: {type(leaf).__name__}: {leaf}", code=1) from None
+
+
+class _StartupError(Exception):
+    """The session could not start; the message is the CLI's line for it."""
+
+
+class _NamingLoader(ModuleLoader):
+    """A module loader that remembers the last module asked for, to name a failed start."""
+
+    last_module: str | None = None
+
+    async def load(
+        self,
+        module_id: str,
+        config: dict[str, Any] | None = None,
+        source_hint: str | None = None,
+        coordinator: Any = None,
+    ) -> BoundMount:
+        self.last_module = module_id
+        return await super().load(module_id, config, source_hint, coordinator)
+
+
 async def _run_turn(plan: MountPlan, prompt: str, events: bool) -> Any:
-    session = AmplifierSession(plan)
+    loader = _NamingLoader()
+    session = AmplifierSession(plan, loader=loader)
+    loader.coordinator = session.coordinator
     session.coordinator.hooks.register(MODULE_LOAD_FAILED, _warn_load_failed, name="cli-warn")
+    try:
+        await session.initialize()
+    except Exception as exc:
+        # Whatever a module raises while the session loads and mounts it (the session
+        # has cleaned up already): one line naming the module, exit 2.
+        raise _StartupError(_startup_problem(plan, loader.last_module, exc)) from exc
     async with session:
         if events:
             _print_events(session)
         return await session.run(prompt)
 
 
+def _startup_problem(plan: MountPlan, module_id: str | None, exc: Exception) -> str:
+    cause = _cause(exc)
+    if module_id is None:
+        return f"the session could not start: {cause}"
+    if getattr(_leaf(exc), "module_id", None) == module_id or repr(module_id) in cause:
+        return cause  # ModuleNotFoundError, ModuleLoadError…: the message names the module
+    kind = next((kind for kind, spec in plan.all_modules() if spec.module == module_id), "module")
+    return f"{kind} {module_id!r}: {cause}"
+
+
 def _warn_load_failed(event: str, data: dict[str, Any]) -> None:
     kind, module_id, error = data.get("module_type"), data.get("module_id"), data.get("error")
     err.print(
-        f"warning: {kind} {module_id!r} not loaded: {error}",
+        f"warning: {kind} {module_id!r} not loaded: {_one_line(str(error))}",
         markup=False,
         highlight=False,
         soft_wrap=True,
@@ -142,7 +266,7 @@ def _print_events(session: AmplifierSession) -> None:
         if len(text) > 160:
             text = text[:157] + "..."
         err.print(
-            f"[dim]{data.get('timestamp', '')[11:23]}[/dim] [bold]{event}[/bold] {text}",
+            f"[dim]{data.get('timestamp', '')[11:23]}[/dim] [bold]{event}[/bold] {escape(text)}",
             highlight=False,
         )
         return HookResult()
@@ -156,10 +280,11 @@ def _validate_command(
     path: Annotated[Path, typer.Argument(help="A plan file or a module directory.")],
 ) -> None:
     """Check a plan (every module id resolvable) or a module directory (importable mount)."""
-    problems = anyio.run(_validate, path)
+    with _cli_command():
+        problems = anyio.run(_validate, path)
     if problems:
         for problem in problems:
-            err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
+            err.print(f"error: {_one_line(problem)}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2)
 
 
@@ -176,8 +301,8 @@ async def _validate(path: Path) -> list[str]:
         for kind, spec in plan.all_modules():
             try:
                 await loader.load(spec.module, spec.config, spec.source)
-            except (ModuleNotFoundError, ModuleLoadError) as exc:
-                problems.append(f"{kind} {spec.module!r}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - every problem is reported, one line each
+                problems.append(f"{kind} {spec.module!r}: {_cause(exc)}")
     finally:
         loader.cleanup()
     if not problems:
@@ -197,8 +322,8 @@ async def _validate_module_dir(path: Path) -> list[str]:
     loader = ModuleLoader()
     try:
         await loader.load(module_id, source_hint=str(path))
-    except (ModuleNotFoundError, ModuleLoadError) as exc:
-        return [str(exc)]
+    except Exception as exc:  # noqa: BLE001 - reported as the one problem
+        return [_cause(exc)]
     finally:
         loader.cleanup()
     out.print(
@@ -239,18 +364,16 @@ def _bench_command(
     """Benchmark parallel tool fan-out against a bare task group, hook emit and compaction."""
     from .bench import make_config, run_command
 
-    try:
-        config = make_config(
-            quick=quick, backends=backend, suites=suite, sizes=size, repeats=repeats
-        )
-        run_command(
-            config, out=out, err=err, json_path=json_file, plot_path=plot, markdown=markdown
-        )
-    except ConfigError as exc:
-        raise _fail(str(exc)) from None
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        raise typer.Exit(130) from None
+    with _cli_command():
+        try:
+            config = make_config(
+                quick=quick, backends=backend, suites=suite, sizes=size, repeats=repeats
+            )
+            run_command(
+                config, out=out, err=err, json_path=json_file, plot_path=plot, markdown=markdown
+            )
+        except ConfigError as exc:
+            raise _fail(str(exc)) from None
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -57,7 +58,21 @@ tools:
   - module: tool-nowhere
 """
 
-FILES = {
+MISSPELT_TOOL_PLAN = """\
+session: {orchestrator: loop-basic, context: context-simple}
+orchestrator: {config: {max_iterations: 3}}
+providers: [{module: provider-scripted, config: {demo: true}}]
+tools: [{module: tool-dmeo}]
+"""
+
+BOOM_ORCHESTRATOR_PLAN = """\
+session:
+  orchestrator: {module: loop-boom, source: modules}
+  context: context-simple
+providers: [{module: provider-scripted, config: {demo: true}}]
+"""
+
+FILES: dict[str, str | bytes] = {
     "missing.yaml": MISSING_ID_PLAN,
     "unknown-orchestrator.toml": UNKNOWN_ORCHESTRATOR_PLAN,
     "unknown-provider.yaml": UNKNOWN_PROVIDER_PLAN,
@@ -66,6 +81,12 @@ FILES = {
     "good/amplifier_module_tool_hello/__init__.py": "async def mount(coordinator, config):\n"
     "    return None\n",
     "bad/amplifier_module_tool_broken/__init__.py": "VERSION = 1\n",
+    "misspelt-tool.yaml": MISSPELT_TOOL_PLAN,
+    "deep.yaml": "[" * 20_000 + "]" * 20_000,
+    "latin-1.toml": b"[session]\norchestrator = '\xe9'\n",
+    "boom.yaml": BOOM_ORCHESTRATOR_PLAN,
+    "modules/amplifier_module_loop_boom/__init__.py": "async def mount(coordinator, config):\n"
+    "    raise RuntimeError('boom at mount')\n",
 }
 
 COMMANDS = {
@@ -80,6 +101,12 @@ COMMANDS = {
     "validate-unknown": ["validate", "unknown-tool.yaml"],
     "validate-module": ["validate", "good"],
     "validate-broken-module": ["validate", "bad"],
+    "misspelt-tool": ["run", "--plan", "misspelt-tool.yaml", "count my words"],
+    "deep": ["run", "--plan", "deep.yaml", "hi"],
+    "validate-deep": ["validate", "deep.yaml"],
+    "latin-1": ["run", "--backend", "trio", "--plan", "latin-1.toml", "hi"],
+    "boom-asyncio": ["run", "--plan", "boom.yaml", "hi"],
+    "boom-trio": ["run", "--backend", "trio", "--plan", "boom.yaml", "hi"],
 }
 
 
@@ -97,9 +124,10 @@ def runs(
 ) -> Mapping[str, subprocess.CompletedProcess[str]]:
     """Every command of COMMANDS, run from a directory holding FILES."""
     cwd = tmp_path_factory.mktemp("cli")
-    for name, text in FILES.items():
+    for name, content in FILES.items():
         (cwd / name).parent.mkdir(parents=True, exist_ok=True)
-        (cwd / name).write_text(text, encoding="utf-8")
+        data = content if isinstance(content, bytes) else content.encode()
+        (cwd / name).write_bytes(data)
     script = _script()
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
 
@@ -210,6 +238,39 @@ def test_an_unknown_provider_fails_the_run_naming_it(
     assert done.stdout == ""
 
 
+def test_a_misspelt_tool_module_is_one_warning_and_the_demo_still_answers(
+    runs: Mapping[str, subprocess.CompletedProcess[str]],
+) -> None:
+    done = runs["misspelt-tool"]
+
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # the session's log line is not printed as well
+    assert unwrapped(lines[0]).startswith("warning: tool 'tool-dmeo' not loaded: module")
+    assert "word_count" in unwrapped(done.stdout)  # the demo says what it missed
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ("deep", "error: deep.yaml: not valid YAML: nested too deeply"),
+        ("validate-deep", "error: deep.yaml: not valid YAML: nested too deeply"),
+        ("latin-1", "error: latin-1.toml: not UTF-8 text: byte 0xe9 at offset 26"),
+        ("boom-asyncio", "error: orchestrator 'loop-boom': RuntimeError: boom at mount"),
+        ("boom-trio", "error: orchestrator 'loop-boom': RuntimeError: boom at mount"),
+    ],
+)
+def test_a_bad_plan_or_a_failing_start_is_one_line_and_exit_2(
+    runs: Mapping[str, subprocess.CompletedProcess[str]], command: str, message: str
+) -> None:
+    done = runs[command]
+
+    assert done.returncode == 2, done.stderr
+    assert one_line_error(done.stderr) == message
+    assert done.stdout == ""
+
+
 # -- validate --------------------------------------------------------------------------------
 
 
@@ -249,3 +310,70 @@ def test_validate_a_module_directory_without_mount(
     assert one_line_error(done.stderr) == (
         "error: module 'tool-broken' could not be loaded: it has no mount() function"
     )
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------------
+
+STALLING_HOOK = """\
+import sys
+
+import anyio
+
+
+async def mount(coordinator, config):
+    print("mounting", flush=True)  # the test's cue: the session is starting
+    await anyio.sleep(3600)
+"""
+
+
+def interrupt_plan(directory: Path, moment: str) -> Path:
+    """A demo plan with hour-long tools, or one whose last module takes an hour to mount."""
+    plan = [
+        "session: {orchestrator: loop-basic, context: context-simple}",
+        "providers: [{module: provider-scripted, config: {demo: true}}]",
+        "tools: [{module: tool-demo, config: {delay: 3600}}]",
+    ]
+    if moment == "start-up":
+        package = directory / "amplifier_module_hooks_stall"
+        package.mkdir()
+        (package / "__init__.py").write_text(STALLING_HOOK, encoding="utf-8")
+        plan.append(f"hooks: [{{module: hooks-stall, source: '{directory}'}}]")
+    path = directory / "plan.yaml"
+    path.write_text("\n".join(plan) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("moment", ["start-up", "turn"])
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_ctrl_c_prints_one_line_and_exits_130(tmp_path: Path, backend: str, moment: str) -> None:
+    plan = interrupt_plan(tmp_path, moment)
+    # Wide enough that no event line wraps: every line of stderr is an event or the CLI's.
+    env = {**os.environ, "COLUMNS": "1000"}
+    args = [_script(), "run", "--backend", backend, "--plan", str(plan)]
+    args += ["--events", "count my words"] if moment == "turn" else ["count my words"]
+    process = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        if moment == "start-up":
+            assert process.stdout.readline() == "mounting\n"
+        else:
+            # Wait for the event that says the hour-long tools are running.
+            for line in process.stderr:
+                if " tool:pre " in line:
+                    break
+            else:
+                pytest.fail("the turn never ran its tools")
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+    assert "Traceback" not in stderr
+    assert [line for line in stderr.splitlines() if not EVENT_START.match(line)] == ["interrupted"]
+    assert process.returncode == 130, stderr
+    assert stdout == ""

@@ -463,12 +463,16 @@ async def test_immediate_cancel_during_tools_keeps_finished_results() -> None:
     provider = StreamingProvider(calls_script("fast", "stuck", "quick"))
     tool = DelayTool({"fast": 0.01, "stuck": None, "quick": 0})
     coordinator = MockCoordinator()
-    posted = anyio.Event()
+    posted: set[str] = set()
+    both_posted = anyio.Event()
     outcome: list[tuple[TurnResult, EventRecorder, MockContextManager]] = []
 
     async def on_post(event: str, data: dict[str, Any]) -> None:
-        if data["tool_call_id"] == "call-fast":
-            posted.set()
+        # A result is stored before its tool:post: once both finished calls are posted,
+        # only "stuck" is left running, whichever of the two finished first.
+        posted.add(data["tool_call_id"])
+        if {"call-fast", "call-quick"} <= posted:
+            both_posted.set()
 
     coordinator.hooks.register(TOOL_POST, on_post)
 
@@ -477,8 +481,7 @@ async def test_immediate_cancel_during_tools_keeps_finished_results() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
-        await posted.wait()
-        await anyio.sleep(0.05)  # lets the finished calls store their results
+        await both_posted.wait()
         await coordinator.request_cancel(immediate=True)
 
     [(result, recorder, context)] = outcome

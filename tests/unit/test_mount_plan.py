@@ -368,3 +368,150 @@ def plans(draw: st.DrawFn) -> MountPlan:
 @given(plans())
 def test_to_dict_round_trips_through_from_dict(plan: MountPlan) -> None:
     assert MountPlan.from_dict(plan.to_dict()) == plan
+
+
+# -- whatever a file holds, a bad one is one ConfigError naming it ---------------------------
+
+DEEP = 20_000  # far past the interpreter's recursion limit
+
+BAD_YAML = {
+    "nested too deeply": "[" * DEEP + "]" * DEEP,
+    "nested mappings too deeply": "{a: " * DEEP + "1" + "}" * DEEP,
+    "an int tag on a word": "session: !!int abc\n",
+    "a float tag on a word": "session: !!float abc\n",
+    "a bool tag on a word": "session: !!bool maybe\n",
+    "a timestamp tag on a word": "session: !!timestamp nope\n",
+    "an impossible date": "session: 2020-13-45\n",
+    "a python tag": "session: !!python/name:os.system\n",
+    "undecodable binary": "session: !!binary 'a$b'\n",
+    "a huge int": "session: !!int " + "9" * 5_000 + "\n",
+    "a recursive alias": "session: &s {orchestrator: loop-basic, context: *s}\n",
+    "aliases that expand to billions": (
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + "".join(
+            f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n"
+            for i in range(9)
+        )
+        + "session: {orchestrator: loop-basic, context: context-simple}\n"
+        + "agents: {all: *j}\n"
+    ),
+    "two documents": "session: {}\n---\nsession: {}\n",
+}
+
+BAD_TOML = {
+    "nested arrays too deeply": "a = " + "[" * DEEP + "]" * DEEP,
+    "nested tables too deeply": "a = " + "{b = " * DEEP + "1" + "}" * DEEP,
+    "a huge int": "a = " + "9" * 5_000,
+}
+
+
+def one_line_config_error(path: Path) -> str:
+    """The ConfigError of ``MountPlan.from_file(path)``: one line that names the file."""
+    try:
+        MountPlan.from_file(path)
+    except ConfigError as error:
+        message = str(error)
+    else:
+        pytest.fail(f"{path.name}: no ConfigError")
+    assert message.startswith(f"{path}: "), message
+    assert "\n" not in message
+    assert len(message) < 400 + len(str(path))
+    return message
+
+
+@pytest.mark.parametrize("text", BAD_YAML.values(), ids=BAD_YAML)
+def test_any_unreadable_yaml_is_one_config_error_naming_the_file(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(text, encoding="utf-8")
+
+    assert one_line_config_error(path)
+
+
+@pytest.mark.parametrize("text", BAD_TOML.values(), ids=BAD_TOML)
+def test_any_unreadable_toml_is_one_config_error_naming_the_file(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "plan.toml"
+    path.write_text(text, encoding="utf-8")
+
+    assert one_line_config_error(path)
+
+
+def test_nested_too_deeply_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(BAD_YAML["nested too deeply"], encoding="utf-8")
+
+    assert one_line_config_error(path) == f"{path}: not valid YAML: nested too deeply"
+
+
+def test_aliases_are_not_expanded_without_bound(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(BAD_YAML["aliases that expand to billions"], encoding="utf-8")
+
+    assert "too large" in one_line_config_error(path)
+
+
+def test_a_recursive_alias_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(BAD_YAML["a recursive alias"], encoding="utf-8")
+
+    assert "refers to itself" in one_line_config_error(path)
+
+
+@pytest.mark.parametrize("name", ["plan.yaml", "plan.toml"])
+def test_bytes_that_are_not_utf8_name_the_file_and_the_offset(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(b"session = 1\n\xff\xfe\n")
+
+    assert one_line_config_error(path) == f"{path}: not UTF-8 text: byte 0xff at offset 12"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("- loop-basic\n", "expected a table, got a list"),
+        ("just words\n", "expected a table, got a string"),
+        ("", "empty"),
+        ("# only a comment\n", "empty"),
+        ("42\n", "expected a table, got int"),
+    ],
+)
+def test_a_plan_that_is_not_a_table_names_the_file(tmp_path: Path, text: str, problem: str) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(text, encoding="utf-8")
+
+    assert one_line_config_error(path) == f"{path}: {problem}"
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "plan.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + UPSTREAM_TOML.encode())
+
+    assert MountPlan.from_file(path) == MountPlan.from_dict(UPSTREAM_PLAN)
+
+
+def test_a_directory_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "plans.yaml"
+    path.mkdir()
+
+    assert "cannot read" in one_line_config_error(path)
+
+
+@pytest.mark.parametrize("text", [*BAD_YAML.values(), "- x\n"], ids=[*BAD_YAML, "a list"])
+def test_from_text_raises_only_config_errors(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"^plan\.yaml: "):
+        MountPlan.from_text(text, suffix=".yaml", origin="plan.yaml")
+
+
+@settings(max_examples=200)
+@given(st.binary(max_size=200), st.sampled_from([".yaml", ".toml"]))
+def test_any_bytes_are_a_plan_or_a_config_error(data: bytes, suffix: str) -> None:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return
+    try:
+        MountPlan.from_text(text, suffix=suffix)
+    except ConfigError as error:
+        message = str(error)
+    else:
+        return
+    assert "\n" not in message

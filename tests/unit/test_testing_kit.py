@@ -149,23 +149,26 @@ async def test_mock_tool_delay_is_a_cancellable_sleep() -> None:
     assert tool.calls == [{"n": 1}]
 
 
-async def test_mock_tool_delay_lets_other_tasks_run_first() -> None:
-    tool = MockTool("slow", "done", delay=0.05)
+async def test_mock_tool_delay_lets_other_tasks_run_meanwhile() -> None:
+    # The delay is far longer than the test: the other task runs while the tool sleeps
+    # (not because a short sleep happened to end after it), then ends the wait.
+    tool = MockTool("slow", "done", delay=3600)
     order: list[str] = []
 
     async def call_tool() -> None:
         result = await tool.execute({})
         order.append(f"tool {result.output}")
 
-    async def other() -> None:
-        await anyio.lowlevel.checkpoint()
-        order.append("other task")
-
     async with anyio.create_task_group() as tg:
         tg.start_soon(call_tool)
-        tg.start_soon(other)
+        await anyio.lowlevel.checkpoint()
+        while tool.call_count == 0:  # started, so now inside its delay
+            await anyio.lowlevel.checkpoint()
+        order.append("other task")
+        tg.cancel_scope.cancel()
 
-    assert order == ["other task", "tool done"]
+    assert order == ["other task"]
+    assert tool.calls == [{}]
 
 
 # -- MockContextManager ----------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..errors import ConfigError
 from .config import BenchConfig, backend_problem
-from .report import plotting_problem, render_tables, write_json, write_plot
+from .report import plot_format_problem, plotting_problem, render_tables, write_json, write_plot
 from .runner import run_benchmarks, runnable_backends
 from .suites import count_steps
 
@@ -56,9 +56,19 @@ def run_command(
     plot_path: Path | None = None,
     markdown: bool = False,
 ) -> dict[str, Any]:
-    """Run with a progress bar on ``err``, print the tables on ``out``, write the files."""
-    if plot_path is not None and (problem := plotting_problem()) is not None:
-        raise ConfigError(problem)  # before minutes of measuring, not after
+    """Run with a progress bar on ``err``, print the tables on ``out``, write the files.
+
+    The output files are checked before minutes of measuring, not after: a missing folder
+    is created; a path that cannot be written is a ConfigError naming the option.
+    """
+    if plot_path is not None:
+        if (problem := plotting_problem()) is not None:
+            raise ConfigError(problem)
+        if (problem := plot_format_problem(plot_path)) is not None:
+            raise ConfigError(f"--plot {plot_path}: {problem}")
+        _check_writable("--plot", plot_path)
+    if json_path is not None:
+        _check_writable("--json", json_path)
     backends, _ = runnable_backends(config)
     progress = Progress(
         TextColumn("{task.description}"),
@@ -83,9 +93,36 @@ def run_command(
         out = Console(file=out.file, width=240)
     render_tables(report, out, markdown=markdown)
     if json_path is not None:
-        write_json(report, json_path)
+        _write("--json", json_path, write_json, report)
         err.print(f"wrote {json_path}", highlight=False)
     if plot_path is not None:
-        write_plot(report, plot_path)
+        _write("--plot", plot_path, write_plot, report)
         err.print(f"wrote {plot_path}", highlight=False)
     return report
+
+
+def _check_writable(option: str, path: Path) -> None:
+    """Create ``path``'s folder if it is missing; refuse a path that cannot be written."""
+    if path.is_dir():
+        raise ConfigError(f"{option} {path}: is a folder, not a file name")
+    existing = next(p for p in path.absolute().parents if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"{option} {path}: {existing} is not a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        with path.open("ab"):  # appending: an existing file is left as it is
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: cannot write: {exc.strerror or exc}") from exc
+
+
+def _write(
+    option: str, path: Path, write: Callable[[dict[str, Any], Path], None], report: dict[str, Any]
+) -> None:
+    try:
+        write(report, path)
+    except OSError as exc:  # checked before measuring, but the disk may have filled since
+        raise ConfigError(f"{option} {path}: cannot write: {exc.strerror or exc}") from exc

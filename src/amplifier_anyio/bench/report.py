@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..errors import ConfigError
 
-__all__ = ("render_tables", "write_json", "write_plot", "plotting_problem")
+__all__ = ("render_tables", "write_json", "write_plot", "plotting_problem", "plot_format_problem")
 
 
 def _ms(seconds: float | None) -> str:
@@ -175,6 +175,18 @@ def plotting_problem() -> str | None:
     except ImportError:
         return "--plot needs matplotlib: pip install 'amplifier-anyio[plot]'"
     return None
+
+
+def plot_format_problem(path: Path) -> str | None:
+    """Why matplotlib cannot save a figure under ``path``'s suffix, or None (no suffix: PNG)."""
+    suffix = Path(path).suffix.lower().removeprefix(".")
+    if not suffix:
+        return None
+    backend_bases = importlib.import_module("matplotlib.backend_bases")
+    formats = sorted(backend_bases.FigureCanvasBase.get_supported_filetypes())
+    if suffix in formats:
+        return None
+    return f"unknown image format {suffix!r}; use one of {', '.join(formats)}"
 
 
 def write_plot(report: dict[str, Any], path: Path) -> None:

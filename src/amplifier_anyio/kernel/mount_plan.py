@@ -90,31 +90,57 @@ class MountPlan:
 
     @classmethod
     def from_text(cls, text: str, *, suffix: str = ".yaml", origin: str = "<plan>") -> MountPlan:
-        """Parse YAML (``.yaml``, ``.yml``) or TOML (``.toml``) text."""
+        """Parse YAML (``.yaml``, ``.yml``) or TOML (``.toml``) text.
+
+        Whatever the text holds, a bad plan raises ConfigError only: text the parser
+        refuses, nesting too deep to parse, aliases that expand without bound, a value
+        that refers to itself, or a document that is not a table, each named by
+        ``origin`` in one line; a table with a bad field names the field.
+        """
+        kind = "TOML" if suffix == ".toml" else "YAML"
         try:
-            if suffix == ".toml":
-                data: Any = tomllib.loads(text)
-            else:
-                data = yaml.safe_load(text)
+            data: Any = tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
+        except RecursionError:
+            msg = f"{origin}: not valid {kind}: nested too deeply"
+            raise ConfigError(msg) from None  # its chain is a thousand frames long
         except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-            detail = " ".join(str(exc).split())
-            msg = f"{origin}: not valid {'TOML' if suffix == '.toml' else 'YAML'}: {detail}"
+            msg = f"{origin}: not valid {kind}: {_one_line(exc)}"
             raise ConfigError(msg) from exc
+        except Exception as exc:
+            # PyYAML's constructors raise ValueError, KeyError, AttributeError… for a tag
+            # that does not fit its value (``!!int abc``, ``!!timestamp x``, 2020-13-45),
+            # and both parsers refuse integers of more than 4 300 digits.
+            detail = f"a value could not be converted ({type(exc).__name__}: {_one_line(exc)})"
+            raise ConfigError(f"{origin}: not valid {kind}: {detail}") from exc
+        if not isinstance(data, Mapping):
+            shape = "empty" if data is None else f"expected a table, got {_kind(data)}"
+            raise ConfigError(f"{origin}: {shape}")
+        expansion = _expansion_problem(data)
+        if expansion is not None:
+            raise ConfigError(f"{origin}: {expansion}")
         return cls.from_dict(data)
 
     @classmethod
     def from_file(cls, path: str | Path) -> MountPlan:
-        """Read and parse a plan file (blocking: call it from a worker thread in async code)."""
+        """Read and parse a plan file (blocking: call it from a worker thread in async code).
+
+        Every problem with the file or its content is a ConfigError naming the file.
+        """
         path = Path(path)
         suffix = path.suffix.lower()
         if suffix not in (".yaml", ".yml", ".toml"):
             msg = f"{path}: unknown plan format {suffix or '(none)'!r}; use .yaml, .yml or .toml"
             raise ConfigError(msg)
         try:
-            text = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
         except OSError as exc:
             msg = f"{path}: cannot read: {exc.strerror or exc}"
             raise ConfigError(msg) from exc
+        try:
+            text = data.decode("utf-8-sig")  # a byte-order mark is not an error
+        except UnicodeDecodeError as exc:
+            msg = f"{path}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}"
+            raise ConfigError(msg) from None
         return cls.from_text(text, suffix=suffix, origin=str(path))
 
     @property
@@ -149,6 +175,50 @@ class MountPlan:
 
 
 _SESSION_MODULE_KEYS = ("orchestrator", "orchestrator_source", "context", "context_source")
+
+
+_MAX_VALUES = 100_000
+"""More values than this, counted with every alias expanded, is not a plan but a bomb."""
+
+_MAX_DETAIL = 300  # characters of a parser's message kept in the one-line error
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = text.replace('in "<unicode string>", ', "at ")  # PyYAML's name for the text
+    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 1] + "…"
+
+
+def _expansion_problem(data: Any) -> str | None:
+    """Why ``data`` cannot be used as it is: a cycle, or too many values once expanded.
+
+    YAML aliases share one object between places, so a few lines can stand for billions
+    of values (or for a value inside itself) that any later walk over the plan — a
+    comparison, a copy, a JSON dump — would expand. Counted here without recursion.
+    """
+    count = 0
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(node))
+            continue
+        count += 1
+        if count > _MAX_VALUES:
+            return f"too large: more than {_MAX_VALUES:,} values once its aliases are expanded"
+        if isinstance(node, Mapping):
+            children: list[Any] = list(node.values())
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if id(node) in on_path:
+            return "refers to itself (an alias inside its own anchor)"
+        on_path.add(id(node))
+        stack.append((node, True))
+        stack.extend((child, False) for child in children)
+    return None
 
 
 def _fail(field: str, problem: str) -> NoReturn:
