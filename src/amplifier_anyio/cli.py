@@ -143,9 +143,9 @@ class _LogLine(logging.Handler):
 
 
 def _reported_as_event(record: logging.LogRecord) -> bool:
-    # The session logs a module that failed to load and emits module:load_failed, which
-    # the CLI prints (_warn_load_failed): print it once.
-    return record.name == "amplifier_anyio.kernel.session" and "failed to load" in str(record.msg)
+    # The session logs an optional module that failed to load and emits
+    # module:load_failed, which the CLI prints (_warn_load_failed): print it once.
+    return record.name == "amplifier_anyio.kernel.session" and "not loaded" in str(record.msg)
 
 
 def _check_backend(backend: str) -> None:
@@ -246,6 +246,8 @@ def _startup_problem(plan: MountPlan, module_id: str | None, exc: Exception) -> 
 
 
 def _warn_load_failed(event: str, data: dict[str, Any]) -> None:
+    if not data.get("optional"):
+        return  # a required module's failure ends the start: the error line says it
     kind, module_id, error = data.get("module_type"), data.get("module_id"), data.get("error")
     err.print(
         f"warning: {kind} {module_id!r} not loaded: {_one_line(str(error))}",

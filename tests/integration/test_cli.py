@@ -62,7 +62,7 @@ MISSPELT_TOOL_PLAN = """\
 session: {orchestrator: loop-basic, context: context-simple}
 orchestrator: {config: {max_iterations: 3}}
 providers: [{module: provider-scripted, config: {demo: true}}]
-tools: [{module: tool-dmeo}]
+tools: [{module: tool-dmeo, optional: true}]
 """
 
 BOOM_ORCHESTRATOR_PLAN = """\
@@ -82,6 +82,7 @@ FILES: dict[str, str | bytes] = {
     "    return None\n",
     "bad/amplifier_module_tool_broken/__init__.py": "VERSION = 1\n",
     "misspelt-tool.yaml": MISSPELT_TOOL_PLAN,
+    "misspelt-required-tool.yaml": MISSPELT_TOOL_PLAN.replace(", optional: true", ""),
     "deep.yaml": "[" * 20_000 + "]" * 20_000,
     "latin-1.toml": b"[session]\norchestrator = '\xe9'\n",
     "boom.yaml": BOOM_ORCHESTRATOR_PLAN,
@@ -102,6 +103,7 @@ COMMANDS = {
     "validate-module": ["validate", "good"],
     "validate-broken-module": ["validate", "bad"],
     "misspelt-tool": ["run", "--plan", "misspelt-tool.yaml", "count my words"],
+    "misspelt-required-tool": ["run", "--plan", "misspelt-required-tool.yaml", "hi"],
     "deep": ["run", "--plan", "deep.yaml", "hi"],
     "validate-deep": ["validate", "deep.yaml"],
     "latin-1": ["run", "--backend", "trio", "--plan", "latin-1.toml", "hi"],
@@ -238,7 +240,19 @@ def test_an_unknown_provider_fails_the_run_naming_it(
     assert done.stdout == ""
 
 
-def test_a_misspelt_tool_module_is_one_warning_and_the_demo_still_answers(
+def test_a_misspelt_tool_module_fails_the_start_in_one_line(
+    runs: Mapping[str, subprocess.CompletedProcess[str]],
+) -> None:
+    done = runs["misspelt-required-tool"]
+
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "tool-dmeo" in line
+    assert unwrapped(line).startswith("error: ")
+
+
+def test_a_misspelt_optional_tool_module_is_one_warning_and_the_demo_still_answers(
     runs: Mapping[str, subprocess.CompletedProcess[str]],
 ) -> None:
     done = runs["misspelt-tool"]

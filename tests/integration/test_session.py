@@ -25,6 +25,7 @@ from amplifier_anyio import (
     ConfigError,
     ModuleNotFoundError,
     SessionError,
+    SessionState,
     TurnResult,
     TurnStatus,
 )
@@ -330,7 +331,7 @@ async def test_a_failing_optional_module_is_reported_and_the_session_runs(
         raise RuntimeError("no credentials")
 
     plan = make_plan()
-    plan.setdefault(section, []).insert(0, probe(broken, module="broken"))
+    plan.setdefault(section, []).insert(0, probe(broken, module="broken", optional=True))
     session = AmplifierSession(plan)
     events = recorded(session)
 
@@ -345,8 +346,38 @@ async def test_a_failing_optional_module_is_reported_and_the_session_runs(
     assert (result.status, result.text) == (TurnStatus.SUCCESS, "hello")
 
 
+@pytest.mark.parametrize(
+    ("section", "kind"), [("providers", "provider"), ("tools", "tool"), ("hooks", "hook")]
+)
+async def test_a_failing_module_fails_the_session_start(
+    probe: Callable[..., dict[str, Any]], section: str, kind: str
+) -> None:
+    def broken(coordinator: Any, config: dict[str, Any]) -> None:
+        raise RuntimeError("no credentials")
+
+    plan = make_plan()
+    plan.setdefault(section, []).insert(0, probe(broken, module="broken"))
+    session = AmplifierSession(plan)
+    events = recorded(session)
+
+    # Not optional: the session does not start half-equipped.
+    with pytest.raises(RuntimeError, match="no credentials"):
+        async with session:
+            pytest.fail("the body must not run")
+
+    (failure,) = [data for name, data in events.events if name == "module:load_failed"]
+    assert (failure["module_type"], failure["module_id"], failure["optional"]) == (
+        kind,
+        "broken",
+        False,
+    )
+    assert session.state is SessionState.UNOPENED  # nothing stays mounted; it may be retried
+
+
 async def test_an_unknown_provider_id_is_reported_as_not_found() -> None:
-    plan = make_plan(providers=[{"module": "provider-nowhere"}, scripted(text_reply("ok"))])
+    plan = make_plan(
+        providers=[{"module": "provider-nowhere", "optional": True}, scripted(text_reply("ok"))]
+    )
     session = AmplifierSession(plan)
     events = recorded(session)
 

@@ -81,7 +81,7 @@ async def test_a_misspelt_tool_module_ends_the_turn_with_an_answer() -> None:
         # that a regression fails instead of filling the memory.
         "orchestrator": {"config": {"max_iterations": 5}},
         "providers": [{"module": "provider-scripted", "config": {"demo": True}}],
-        "tools": [{"module": "tool-dmeo"}],
+        "tools": [{"module": "tool-dmeo", "optional": True}],
     }
     failed: list[str] = []
     session = AmplifierSession(plan)

@@ -33,12 +33,17 @@ _SECTIONS = ("providers", "tools", "hooks")
 
 @attrs.frozen(kw_only=True)
 class ModuleSpec:
-    """One module to load: its id, where its code is (optional) and its config."""
+    """One module to load: its id, where its code is (optional) and its config.
+
+    ``optional``: a failure to load it is a warning (and a ``module:load_failed`` event)
+    instead of a failed session start.
+    """
 
     module: str
     source: str | None = None
     config: dict[str, Any] = attrs.field(factory=dict)
     instance_id: str | None = None
+    optional: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The plan entry as a dict (defaults left out)."""
@@ -49,6 +54,8 @@ class ModuleSpec:
             entry["config"] = self.config
         if self.instance_id is not None:
             entry["instance_id"] = self.instance_id
+        if self.optional:
+            entry["optional"] = True
         return entry
 
 
@@ -286,7 +293,16 @@ def _spec(entry: Any, field: str, *, id_field: str | None = None) -> ModuleSpec:
     instance_id = entry.get("instance_id")
     if instance_id is not None and not isinstance(instance_id, str):
         _fail(f"{field}.instance_id", f"expected a string, got {_kind(instance_id)}")
-    return ModuleSpec(module=module, source=source, config=dict(config), instance_id=instance_id)
+    optional = entry.get("optional", False)
+    if not isinstance(optional, bool):
+        _fail(f"{field}.optional", f"expected true or false, got {_kind(optional)}")
+    return ModuleSpec(
+        module=module,
+        source=source,
+        config=dict(config),
+        instance_id=instance_id,
+        optional=optional,
+    )
 
 
 def _check_instances(section: str, specs: tuple[ModuleSpec, ...]) -> None:

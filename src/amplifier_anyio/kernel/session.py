@@ -2,9 +2,10 @@
 
 ``async with AmplifierSession(plan) as session`` loads the modules (orchestrator,
 context, providers, tools, hooks — in that order) and, on exit, emits ``session:end`` and
-runs every cleanup in reverse, shielded and bounded. A failing orchestrator or context
-stops the session from starting; a failing provider, tool or hook is reported as
-``module:load_failed`` and the session goes on without it.
+runs every cleanup in reverse, shielded and bounded. A module that fails to load stops
+the session from starting (an error naming the module and the cause), unless its plan
+entry says ``optional: true``: then it is reported as ``module:load_failed`` and the
+session goes on without it.
 
 ``run()`` never turns the host's own cancellation into a return value: if the host
 cancels, the turn closes its events, the cancellation propagates, and ``async with``
@@ -113,6 +114,7 @@ class AmplifierSession:
         self.status = SessionStatus(session_id=self.session_id)
         self.last_result: TurnResult | None = None
         self._state = SessionState.UNOPENED
+        self._entered = False
         self._init_lock = anyio.Lock()
         self._started = False
         self._turn: CancellationToken | None = None
@@ -133,9 +135,11 @@ class AmplifierSession:
         return self.plan.raw if self.plan is not None else {}
 
     async def __aenter__(self) -> AmplifierSession:
-        if self._state is not SessionState.UNOPENED:
-            msg = f"a session can be opened once (this one is {self._state.value})"
+        # Entered once; an explicit initialize() before it is fine (it is idempotent).
+        if self._entered or self._state is SessionState.CLOSED:
+            msg = f"a session can be entered once (this one is {self._state.value})"
             raise SessionError(msg)
+        self._entered = True
         await self.initialize()
         return self
 
@@ -172,7 +176,7 @@ class AmplifierSession:
                 ("hook", plan.hooks),
             ):
                 for spec in specs:
-                    await self._mount_optional(kind, spec)
+                    await self._mount_entry(kind, spec)
         except BaseException:
             await self._undo_mounts()
             raise
@@ -220,11 +224,14 @@ class AmplifierSession:
             msg = f"session.{kind}: module {spec.module!r} mounted nothing at {kind!r}"
             raise ConfigError(msg)
 
-    async def _mount_optional(self, kind: str, spec: ModuleSpec) -> None:
+    async def _mount_entry(self, kind: str, spec: ModuleSpec) -> None:
+        """Mount a provider, tool or hook; its failure fails the start unless ``optional``.
+
+        Either way the failure is emitted as ``module:load_failed``.
+        """
         try:
             await self._mount(kind, spec)
-        except Exception as exc:  # noqa: BLE001 - reported as module:load_failed, session goes on
-            logger.warning("%s %r failed to load: %s", kind, spec.module, exc)
+        except Exception as exc:
             await self.coordinator.hooks.emit(
                 MODULE_LOAD_FAILED,
                 {
@@ -233,8 +240,12 @@ class AmplifierSession:
                     "instance_id": spec.instance_id,
                     "error": str(exc),
                     "reason_code": _reason_code(exc),
+                    "optional": spec.optional,
                 },
             )
+            if not spec.optional:
+                raise
+            logger.warning("optional %s %r not loaded: %s", kind, spec.module, exc)
 
     # -- turns -----------------------------------------------------------------------------
 
