@@ -278,8 +278,11 @@ class AmplifierSession:
                 await self._announce()
             result = await self._run_turn(prompt)
             # A cancel() that arrived while the turn was closing its events is recorded
-            # now rather than dropped.
-            await self.coordinator.flush_cancel_request()
+            # now rather than dropped. Shielded: the turn has ended and said how, so a host
+            # cancel arriving now is delivered at the host's next checkpoint instead of
+            # turning a finished turn into an exception.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT):
+                await self.coordinator.flush_cancel_request()
         except anyio.get_cancelled_exc_class():
             self.status.status = "cancelled"
             raise

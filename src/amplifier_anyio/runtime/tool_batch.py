@@ -142,6 +142,7 @@ class ToolBatch:
                 f"the results of {len(self.calls)} tool calls", self._write_results, context
             )
         if failure is not None:
+            await anyio.lowlevel.checkpoint_if_cancelled()  # as for the assistant message
             raise failure
 
     async def _write(
