@@ -12,9 +12,9 @@ if anything opens a socket. Durations in generated plans stay short or invalid, 
 long: a valid plan may ask for an hour-long tool, and waiting for it proves nothing.
 
 Examples per test follow the Hypothesis profile: ``ci`` runs 1 000 files through
-``validate`` (500 files, half of them also through ``run`` when they do not parse, and 500
-structured plans) and 200 structured plans through ``run``; other profiles scale with
-their ``max_examples``.
+``validate`` (500 files — the nine in ten that do not parse also go through ``run``, which
+must refuse them alike — and 500 structured plans) and 200 structured plans through
+``run``; other profiles scale with their ``max_examples``.
 """
 
 from __future__ import annotations
