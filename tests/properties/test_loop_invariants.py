@@ -863,8 +863,11 @@ async def run_once(
                 messages = [dict(m) for m in context.messages]
                 tg.cancel_scope.cancel()
         if main and scenario.fault is not None:
+            # The follow-up is about the context the fault left, not about the deadline
+            # aimed at the first turn: on the real clock a loaded machine may take longer.
+            untimed = LoopBasicOrchestrator({**config, "turn_timeout": None})
             follow_up = await run_follow_up(
-                session, orchestrator, context, follow, probe, coordinator, recorder
+                session, untimed, context, follow, probe, coordinator, recorder
             )
     finally:
         if session is not None:
@@ -908,6 +911,7 @@ async def run_follow_up(
     start = len(recorder.events)
     if session is not None:
         await session.initialize()  # mounted already, unless the host cancelled the mounting
+        await session.coordinator.mount("orchestrator", orchestrator)
         await session.coordinator.mount("providers", provider, name="scripted")
         result = await session.run("again")
     else:
