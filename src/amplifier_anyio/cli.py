@@ -22,10 +22,10 @@ from rich.markup import escape
 from . import __version__
 from .errors import AmplifierError, ConfigError, ModuleLoadError, ModuleNotFoundError
 from .events import MODULE_LOAD_FAILED
-from .kernel.loader import BoundMount, ModuleLoader
-from .kernel.mount_plan import MountPlan
-from .kernel.session import AmplifierSession
-from .kernel.turns import TurnStatus
+from .kernel._loader import BoundMount, ModuleLoader
+from .kernel._mount_plan import MountPlan
+from .kernel._session import AmplifierSession
+from .kernel._turns import TurnStatus
 from .models import HookResult
 
 __all__ = ("DEFAULT_PLAN", "app", "main")
@@ -145,7 +145,7 @@ class _LogLine(logging.Handler):
 def _reported_as_event(record: logging.LogRecord) -> bool:
     # The session logs an optional module that failed to load and emits
     # module:load_failed, which the CLI prints (_warn_load_failed): print it once.
-    return record.name == "amplifier_anyio.kernel.session" and "not loaded" in str(record.msg)
+    return record.name == "amplifier_anyio.kernel._session" and "not loaded" in str(record.msg)
 
 
 def _check_backend(backend: str) -> None:

@@ -24,8 +24,8 @@ from .models import (
 )
 
 if TYPE_CHECKING:
-    from .kernel.coordinator import ModuleCoordinator
-    from .kernel.hooks import HookRegistry
+    from .kernel._coordinator import ModuleCoordinator
+    from .kernel._hooks import HookRegistry
 
 __all__ = (
     "Orchestrator",

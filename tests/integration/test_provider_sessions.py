@@ -39,7 +39,7 @@ from amplifier_anyio.events import (
     TOOL_POST,
     TOOL_PRE,
 )
-from amplifier_anyio.kernel.tracing import current_tool_call
+from amplifier_anyio.kernel import current_tool_call
 from amplifier_anyio.models import ToolResult
 from amplifier_anyio.providers.anthropic import AnthropicProvider
 from amplifier_anyio.providers.openai import OpenAIChatProvider

@@ -57,11 +57,11 @@ from amplifier_anyio import (
     TurnResult,
     TurnStatus,
 )
-from amplifier_anyio.kernel.loader import package_name
-from amplifier_anyio.models.messages import ToolCallBlock, ToolResultBlock
+from amplifier_anyio.kernel import package_name
+from amplifier_anyio.models import ToolCallBlock, ToolResultBlock
 from amplifier_anyio.orchestrators.loop_basic import LoopBasicOrchestrator
 from amplifier_anyio.providers.scripted import ScriptedProvider
-from amplifier_anyio.runtime.tool_batch import CANCELLED_MESSAGE
+from amplifier_anyio.runtime import CANCELLED_MESSAGE
 from amplifier_anyio.testing import EventRecorder, MockContextManager
 
 pytestmark = pytest.mark.anyio

@@ -39,7 +39,7 @@ from trio.testing import MockClock
 
 from amplifier_anyio.errors import ApprovalTimeoutError
 from amplifier_anyio.events import TOOL_POST, TOOL_PRE
-from amplifier_anyio.kernel.tracing import current_tool_call
+from amplifier_anyio.kernel import current_tool_call
 from amplifier_anyio.models import ChatResponse, HookResult, TextBlock, ToolCall, ToolResult
 from amplifier_anyio.orchestrators import LoopBasicOrchestrator
 from amplifier_anyio.providers.scripted import ScriptedProvider

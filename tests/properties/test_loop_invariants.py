@@ -93,8 +93,7 @@ from amplifier_anyio.events import (
     SESSION_START,
     TOOL_PRE,
 )
-from amplifier_anyio.kernel.loader import ModuleLoader
-from amplifier_anyio.kernel.tracing import current_tool_call
+from amplifier_anyio.kernel import ModuleLoader, current_tool_call
 from amplifier_anyio.models import (
     ChatRequest,
     ChatResponse,

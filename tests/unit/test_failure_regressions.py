@@ -24,7 +24,7 @@ import pytest
 from amplifier_anyio import AmplifierSession
 from amplifier_anyio.errors import ApprovalTimeoutError
 from amplifier_anyio.events import TOOL_POST, TOOL_PRE
-from amplifier_anyio.kernel.turns import TurnResult
+from amplifier_anyio.kernel import TurnResult
 from amplifier_anyio.models import ChatResponse, HookResult, TextBlock, ToolCall, ToolResult
 from amplifier_anyio.orchestrators import LoopBasicOrchestrator
 from amplifier_anyio.providers.scripted import ScriptedProvider

@@ -23,8 +23,7 @@ import pytest
 
 from amplifier_anyio import ModuleLoader
 from amplifier_anyio.errors import AmplifierError, ModuleLoadError, ModuleNotFoundError
-from amplifier_anyio.kernel import ModuleCoordinator
-from amplifier_anyio.kernel.loader import ENTRY_POINT_GROUP, package_name
+from amplifier_anyio.kernel import ENTRY_POINT_GROUP, ModuleCoordinator, package_name
 
 pytestmark = pytest.mark.anyio
 

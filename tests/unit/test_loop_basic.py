@@ -21,8 +21,7 @@ from amplifier_anyio.events import (
     TOOL_POST,
     TOOL_PRE,
 )
-from amplifier_anyio.kernel.cancellation import CancellationToken
-from amplifier_anyio.kernel.turns import TurnResult
+from amplifier_anyio.kernel import CancellationToken, TurnResult
 from amplifier_anyio.models import (
     ChatRequest,
     ChatResponse,

@@ -29,7 +29,7 @@ from amplifier_anyio.events import (
     THINKING_DELTA,
     TOOL_POST,
 )
-from amplifier_anyio.kernel.turns import TurnResult, TurnStatus
+from amplifier_anyio.kernel import TurnResult, TurnStatus
 from amplifier_anyio.models import (
     ChatRequest,
     ChatResponse,

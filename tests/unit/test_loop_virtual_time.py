@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from amplifier_anyio.events import EXECUTION_END, ORCHESTRATOR_COMPLETE, TOOL_ERROR, TOOL_POST
-from amplifier_anyio.kernel.turns import TurnResult
+from amplifier_anyio.kernel import TurnResult
 from amplifier_anyio.models import ChatResponse, HookResult, TextBlock, ToolCall, ToolResult
 from amplifier_anyio.orchestrators import LoopBasicOrchestrator
 from amplifier_anyio.providers.scripted import ScriptedProvider

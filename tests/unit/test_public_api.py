@@ -57,10 +57,20 @@ def test_discovery_finds_the_known_modules() -> None:
         "amplifier_anyio.errors",
         "amplifier_anyio.events",
         "amplifier_anyio.models",
-        "amplifier_anyio.models.converter",
+        "amplifier_anyio.kernel",
+        "amplifier_anyio.runtime",
         "amplifier_anyio.testing.strategies",
     } <= set(PUBLIC_MODULES)
     assert "amplifier_anyio.models._validators" not in PUBLIC_MODULES
+
+
+@pytest.mark.parametrize("package", ["kernel", "runtime", "models"])
+def test_the_core_packages_offer_their_names_only_through_the_package(package: str) -> None:
+    """As anyio and httpx do: the implementation modules are private, so what a user may
+    import is exactly the package's ``__all__`` (a module can be reorganised freely)."""
+    public = [n for n in PUBLIC_MODULES if n.startswith(f"amplifier_anyio.{package}.")]
+    assert public == []
+    assert _all(_import(f"amplifier_anyio.{package}"))
 
 
 @pytest.mark.parametrize("name", PUBLIC_MODULES)

@@ -11,7 +11,7 @@ import pytest
 
 from amplifier_anyio.errors import ConfigError
 from amplifier_anyio.events import TOOL_ERROR, TOOL_POST, TOOL_PRE
-from amplifier_anyio.kernel.tracing import ToolCallContext, current_tool_call, trace_scope
+from amplifier_anyio.kernel import ToolCallContext, current_tool_call, trace_scope
 from amplifier_anyio.models import ChatResponse, HookResult, TextBlock, ToolCall, ToolResult
 from amplifier_anyio.orchestrators import LoopBasicOrchestrator
 from amplifier_anyio.providers.scripted import ScriptedProvider

@@ -17,7 +17,7 @@ import anyio
 
 from ..contexts import SimpleContextManager, compact
 from ..events import TOOL_PRE
-from ..kernel.hooks import HookRegistry
+from ..kernel._hooks import HookRegistry
 from .config import BenchConfig, backend_spec
 from .timing import Timing, peak_bytes, ratio, time_variants
 from .workloads import FanoutTurn, Job, noop_handler, prepare_batch, prepare_floor

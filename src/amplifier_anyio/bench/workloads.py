@@ -15,14 +15,14 @@ import anyio.lowlevel
 import attrs
 
 from ..events import TOOL_POST, TOOL_PRE
-from ..kernel.coordinator import ModuleCoordinator
-from ..kernel.hooks import HookRegistry
-from ..kernel.turns import TurnStatus
+from ..kernel._coordinator import ModuleCoordinator
+from ..kernel._hooks import HookRegistry
+from ..kernel._turns import TurnStatus
 from ..models import ChatResponse, HookResult, TextBlock, ToolCall, ToolResult
 from ..orchestrators.loop_basic import LoopBasicOrchestrator
 from ..providers.scripted import ScriptedProvider
 from ..runtime import assistant_message
-from ..runtime.tool_batch import ToolBatch
+from ..runtime._tool_batch import ToolBatch
 
 __all__ = (
     "Job",

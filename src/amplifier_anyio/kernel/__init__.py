@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from .cancellation import CancellationState, CancellationStatistics, CancellationToken
-from .coordinator import MOUNT_POINTS, ModuleCoordinator
-from .event_stream import Event, TurnEventStream
-from .hooks import Handler, HookRegistry, HookRegistryStatistics
-from .loader import ENTRY_POINT_GROUP, ModuleLoader, package_name
-from .mount_plan import ModuleSpec, MountPlan
-from .session import AmplifierSession, SessionState, SessionStatus
-from .tracing import (
+from ._cancellation import CancellationState, CancellationStatistics, CancellationToken
+from ._coordinator import MOUNT_POINTS, ModuleCoordinator
+from ._event_stream import Event, TurnEventStream
+from ._hooks import Handler, HookRegistry, HookRegistryStatistics
+from ._loader import ENTRY_POINT_GROUP, ModuleLoader, package_name
+from ._mount_plan import ModuleSpec, MountPlan
+from ._session import AmplifierSession, SessionState, SessionStatus
+from ._tracing import (
     ToolCallContext,
     current_tool_call,
     current_trace_id,
     tool_call_scope,
     trace_scope,
 )
-from .turns import TurnResult, TurnStatus
+from ._turns import TurnResult, TurnStatus
 
 __all__ = (
     "AmplifierSession",

@@ -5,9 +5,9 @@ Every model round-trips: ``structure(unstructure(x), type(x)) == x``.
 
 from __future__ import annotations
 
-from .converter import converter, structure, unstructure
-from .info import ModelInfo, ModuleInfo, ModuleType, ProviderInfo
-from .messages import (
+from ._converter import converter, structure, unstructure
+from ._info import ModelInfo, ModuleInfo, ModuleType, ProviderInfo
+from ._messages import (
     BLOCK_TYPES,
     INVALID_ARGUMENTS_KEY,
     ChatRequest,
@@ -27,7 +27,7 @@ from .messages import (
     Usage,
     Visibility,
 )
-from .results import HOOK_ACTIONS, ContextInjection, HookAction, HookResult, ToolResult
+from ._results import HOOK_ACTIONS, ContextInjection, HookAction, HookResult, ToolResult
 
 __all__ = (
     # content blocks

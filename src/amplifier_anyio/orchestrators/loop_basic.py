@@ -1,6 +1,6 @@
 """loop-basic: prompt → provider → tools (in parallel) → provider … → answer.
 
-A short policy over the shared turn engine (:mod:`amplifier_anyio.runtime.turn`): each
+A short policy over the shared turn engine (:mod:`amplifier_anyio.runtime._turn`): each
 response's tool calls run as one structured batch. The engine owns the turn's cancel
 scope, the terminal events and the :class:`TurnResult`; see its docstring for what holds
 on every path.
@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..errors import ConfigError, ValidationError
-from ..kernel.coordinator import ModuleCoordinator
+from ..kernel._coordinator import ModuleCoordinator
 from ..models import structure
 from ..models._validators import number
-from ..runtime.tool_batch import ToolBatchConfig
-from ..runtime.turn import Turn, TurnConfig
+from ..runtime._tool_batch import ToolBatchConfig
+from ..runtime._turn import Turn, TurnConfig
 
 if TYPE_CHECKING:
     from ..interfaces import ContextManager, Provider, Tool
-    from ..kernel.cancellation import CancellationToken
-    from ..kernel.hooks import HookRegistry
-    from ..kernel.turns import TurnResult
+    from ..kernel._cancellation import CancellationToken
+    from ..kernel._hooks import HookRegistry
+    from ..kernel._turns import TurnResult
 
 __all__ = ("LoopBasicConfig", "LoopBasicOrchestrator", "mount")
 

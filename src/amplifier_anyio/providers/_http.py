@@ -47,7 +47,7 @@ from ..errors import (
 )
 from ..events import PROVIDER_RETRY
 from ..models import ToolCall
-from ..models.messages import INVALID_ARGUMENTS_KEY
+from ..models._messages import INVALID_ARGUMENTS_KEY
 from ._sse import SSEDecoder, SSEEvent
 
 __all__ = (

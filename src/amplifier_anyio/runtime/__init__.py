@@ -15,9 +15,9 @@ from ._requests import (
     select_provider,
     tool_calls_of,
 )
-from .streaming import STREAM_EVENTS, relay_stream, stream_payload
-from .tool_batch import CANCELLED_MESSAGE, ToolBatch, ToolBatchConfig, cancelled_result
-from .turn import ToolRunner, Turn, TurnConfig
+from ._streaming import STREAM_EVENTS, relay_stream, stream_payload
+from ._tool_batch import CANCELLED_MESSAGE, ToolBatch, ToolBatchConfig, cancelled_result
+from ._turn import ToolRunner, Turn, TurnConfig
 
 __all__ = (
     # the engine

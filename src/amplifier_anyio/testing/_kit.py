@@ -10,8 +10,8 @@ from typing import Any, Literal
 import anyio
 
 from ..events import ALL_EVENTS
-from ..kernel.coordinator import ModuleCoordinator
-from ..kernel.hooks import HookRegistry
+from ..kernel._coordinator import ModuleCoordinator
+from ..kernel._hooks import HookRegistry
 from ..models import HookResult, ToolResult
 
 __all__ = (

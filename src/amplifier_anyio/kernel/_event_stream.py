@@ -23,11 +23,11 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..events import ALL_EVENTS
-from .cancellation import CancellationToken
-from .turns import TurnResult
+from ._cancellation import CancellationToken
+from ._turns import TurnResult
 
 if TYPE_CHECKING:
-    from .session import AmplifierSession
+    from ._session import AmplifierSession
 
 __all__ = ("TurnEventStream", "Event")
 

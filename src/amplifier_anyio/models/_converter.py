@@ -17,7 +17,7 @@ import cattrs.cols
 from cattrs.preconf.json import make_converter
 
 from ..errors import ValidationError
-from .messages import BLOCK_TYPES, ContentBlock
+from ._messages import BLOCK_TYPES, ContentBlock
 
 __all__ = ("converter", "structure", "unstructure")
 

@@ -39,12 +39,12 @@ from ..events import (
     SESSION_START,
 )
 from ..interfaces import ApprovalSystem, DisplaySystem
-from .cancellation import CancellationToken
-from .coordinator import ModuleCoordinator
-from .event_stream import TurnEventStream
-from .loader import ModuleLoader
-from .mount_plan import ModuleSpec, MountPlan
-from .turns import TurnResult, TurnStatus
+from ._cancellation import CancellationToken
+from ._coordinator import ModuleCoordinator
+from ._event_stream import TurnEventStream
+from ._loader import ModuleLoader
+from ._mount_plan import ModuleSpec, MountPlan
+from ._turns import TurnResult, TurnStatus
 
 __all__ = ("AmplifierSession", "SessionState", "SessionStatus", "TurnResult", "TurnStatus")
 

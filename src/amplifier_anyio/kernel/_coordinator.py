@@ -19,8 +19,8 @@ from ..errors import ApprovalTimeoutError, InjectionTooLargeError, MountError
 from ..events import CANCEL_REQUESTED
 from ..interfaces import ApprovalSystem, DisplaySystem
 from ..models import HookResult
-from .cancellation import CancellationToken
-from .hooks import HookRegistry
+from ._cancellation import CancellationToken
+from ._hooks import HookRegistry
 
 __all__ = ("ModuleCoordinator", "MOUNT_POINTS")
 

@@ -18,7 +18,7 @@ from ..models import ChatResponse, unstructure
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from ..kernel.hooks import HookRegistry
+    from ..kernel._hooks import HookRegistry
 
 __all__ = ("STREAM_EVENTS", "relay_stream", "stream_payload")
 

@@ -25,8 +25,8 @@ import anyio
 import attrs
 
 from ..models import HookResult
-from ..models.results import _trusted_result as trusted_result
-from .tracing import current_trace_id
+from ..models._results import _trusted_result as trusted_result
+from ._tracing import current_trace_id
 
 __all__ = ("HookRegistry", "Handler", "HookRegistryStatistics", "utc_timestamp")
 

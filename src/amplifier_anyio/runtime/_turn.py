@@ -39,8 +39,8 @@ from ..events import (
     PROVIDER_RESPONSE,
     PROVIDER_TOOL_SEQUENCE_REPAIRED,
 )
-from ..kernel.tracing import trace_scope
-from ..kernel.turns import TurnResult, TurnStatus
+from ..kernel._tracing import trace_scope
+from ..kernel._turns import TurnResult, TurnStatus
 from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
 from ..models._validators import number
 from ._requests import (
@@ -54,14 +54,14 @@ from ._requests import (
     select_provider,
     tool_calls_of,
 )
-from .streaming import relay_stream
-from .tool_batch import ToolBatch, ToolBatchConfig
+from ._streaming import relay_stream
+from ._tool_batch import ToolBatch, ToolBatchConfig
 
 if TYPE_CHECKING:
     from ..interfaces import ContextManager, Provider, Tool
-    from ..kernel.cancellation import CancellationToken
-    from ..kernel.coordinator import ModuleCoordinator
-    from ..kernel.hooks import HookRegistry
+    from ..kernel._cancellation import CancellationToken
+    from ..kernel._coordinator import ModuleCoordinator
+    from ..kernel._hooks import HookRegistry
 
 __all__ = ("Turn", "TurnConfig", "ToolRunner")
 

@@ -37,16 +37,16 @@ import attrs
 
 from ..errors import ContextWriteError, unwrap_group
 from ..events import TOOL_ERROR, TOOL_POST, TOOL_PRE
-from ..kernel.cancellation import CancellationToken
-from ..kernel.coordinator import ModuleCoordinator
-from ..kernel.tracing import ToolCallContext, current_trace_id, tool_call_scope
+from ..kernel._cancellation import CancellationToken
+from ..kernel._coordinator import ModuleCoordinator
+from ..kernel._tracing import ToolCallContext, current_trace_id, tool_call_scope
 from ..models import INVALID_ARGUMENTS_KEY, HookResult, ToolCall, ToolResult, unstructure
 from ..models._validators import number
 from ._requests import pending_injection
 
 if TYPE_CHECKING:
     from ..interfaces import ContextManager, Tool
-    from ..kernel.hooks import HookRegistry
+    from ..kernel._hooks import HookRegistry
 
 __all__ = ("ToolBatchConfig", "ToolBatch", "cancelled_result", "CANCELLED_MESSAGE")
 
