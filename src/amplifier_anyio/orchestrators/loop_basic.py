@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..config_schema import ConfigSchema
 from ..errors import ConfigError, ValidationError
 from ..kernel._coordinator import ModuleCoordinator
 from ..models import structure
@@ -172,3 +173,7 @@ class LoopBasicOrchestrator:
 async def mount(coordinator: ModuleCoordinator, config: dict[str, Any] | None = None) -> None:
     """Mount loop-basic as the session's orchestrator."""
     await coordinator.mount("orchestrator", LoopBasicOrchestrator(config))
+
+
+CONFIG_SCHEMA = ConfigSchema.from_attrs("loop-basic", LoopBasicConfig)
+"""The keys loop-basic accepts (checked by ``validate --strict``)."""
