@@ -20,9 +20,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
-from .errors import AmplifierError, ConfigError, ModuleLoadError, ModuleNotFoundError
+from .errors import ConfigError, ModuleLoadError, ModuleNotFoundError, describe
 from .events import MODULE_LOAD_FAILED
-from .kernel._loader import BoundMount, ModuleLoader
+from .kernel._loader import ModuleLoader
 from .kernel._mount_plan import MountPlan
 from .kernel._session import AmplifierSession
 from .kernel._turns import TurnStatus
@@ -89,13 +89,7 @@ def _leaf(exc: BaseException) -> BaseException:
 
 def _cause(exc: BaseException) -> str:
     """``Type: message`` of an exception (our own errors: the message), on one line."""
-    exc = _leaf(exc)
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_cause(inner) for inner in exc.exceptions)
-    message = _one_line(str(exc))
-    if isinstance(exc, AmplifierError) and message:
-        return message
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return _one_line(describe(exc))
 
 
 def _interrupted(exc: BaseException) -> bool:
@@ -202,47 +196,26 @@ class _StartupError(Exception):
     """The session could not start; the message is the CLI's line for it."""
 
 
-class _NamingLoader(ModuleLoader):
-    """A module loader that remembers the last module asked for, to name a failed start."""
-
-    last_module: str | None = None
-
-    async def load(
-        self,
-        module_id: str,
-        config: dict[str, Any] | None = None,
-        source_hint: str | None = None,
-        coordinator: Any = None,
-    ) -> BoundMount:
-        self.last_module = module_id
-        return await super().load(module_id, config, source_hint, coordinator)
-
-
 async def _run_turn(plan: MountPlan, prompt: str, events: bool) -> Any:
-    loader = _NamingLoader()
-    session = AmplifierSession(plan, loader=loader)
-    loader.coordinator = session.coordinator
+    session = AmplifierSession(plan)
     session.coordinator.hooks.register(MODULE_LOAD_FAILED, _warn_load_failed, name="cli-warn")
     try:
         await session.initialize()
     except Exception as exc:
         # Whatever a module raises while the session loads and mounts it (the session
         # has cleaned up already): one line naming the module, exit 2.
-        raise _StartupError(_startup_problem(plan, loader.last_module, exc)) from exc
+        raise _StartupError(_startup_problem(exc)) from exc
     async with session:
         if events:
             _print_events(session)
         return await session.run(prompt)
 
 
-def _startup_problem(plan: MountPlan, module_id: str | None, exc: Exception) -> str:
+def _startup_problem(exc: Exception) -> str:
     cause = _cause(exc)
-    if module_id is None:
-        return f"the session could not start: {cause}"
-    if getattr(_leaf(exc), "module_id", None) == module_id or repr(module_id) in cause:
-        return cause  # ModuleNotFoundError, ModuleLoadError…: the message names the module
-    kind = next((kind for kind, spec in plan.all_modules() if spec.module == module_id), "module")
-    return f"{kind} {module_id!r}: {cause}"
+    if isinstance(_leaf(exc), ModuleLoadError | ModuleNotFoundError):
+        return cause  # the message names the plan entry and the module
+    return f"the session could not start: {cause}"
 
 
 def _warn_load_failed(event: str, data: dict[str, Any]) -> None:

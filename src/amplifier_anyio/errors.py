@@ -73,6 +73,7 @@ __all__ = (
     "StreamError",
     "InvalidToolCallError",
     "unwrap_group",
+    "describe",
 )
 
 
@@ -127,12 +128,18 @@ class ModuleNotFoundError(AmplifierError):
 
 
 class ModuleLoadError(AmplifierError):
-    """A module was found but could not be imported or has no usable ``mount``."""
+    """A module was found but could not be imported, has no usable ``mount``, or its
+    ``mount`` failed while a session started (then ``kind`` says which plan entry —
+    ``provider``, ``tool``, … — and ``__cause__`` is what the module raised)."""
 
-    def __init__(self, module_id: str, reason: str) -> None:
+    def __init__(self, module_id: str, reason: str, *, kind: str = "module") -> None:
         self.module_id = module_id
         self.reason = reason
-        super().__init__(f"module {module_id!r} could not be loaded: {reason}")
+        self.kind = kind
+        if kind == "module":
+            super().__init__(f"module {module_id!r} could not be loaded: {reason}")
+        else:
+            super().__init__(f"{kind} {module_id!r}: {reason}")
 
 
 class MountError(AmplifierError, ValueError):
@@ -279,3 +286,22 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]
             yield from _leaves(error)
         else:
             yield error
+
+
+def _single(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member groups (a task group's wrapping)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one line: ``Type: message`` (our own errors: the message alone);
+    a task group's wrapping is looked through and a group names each of its exceptions."""
+    exc = _single(exc)
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(describe(inner) for inner in exc.exceptions)
+    message = " ".join(str(exc).split())
+    if isinstance(exc, AmplifierError) and message:
+        return message
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

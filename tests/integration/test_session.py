@@ -23,6 +23,7 @@ import pytest
 from amplifier_anyio import (
     AmplifierSession,
     ConfigError,
+    ModuleLoadError,
     ModuleNotFoundError,
     SessionError,
     SessionState,
@@ -291,9 +292,11 @@ async def test_an_orchestrator_or_context_failure_raises_and_cleans_up(
     session = AmplifierSession(plan)
     events = recorded(session)
 
-    with pytest.raises(RuntimeError, match=f"{failing} cannot start"):
+    with pytest.raises(ModuleLoadError, match=f"^{failing} 'probe': RuntimeError: ") as caught:
         async with session:
             pytest.fail("the body must not run")
+    assert isinstance(caught.value.__cause__, RuntimeError)  # what the module raised
+    assert caught.value.kind == failing
 
     expected = {
         "orchestrator": ["orchestrator (registered)"],
@@ -361,9 +364,10 @@ async def test_a_failing_module_fails_the_session_start(
     events = recorded(session)
 
     # Not optional: the session does not start half-equipped.
-    with pytest.raises(RuntimeError, match="no credentials"):
+    with pytest.raises(ModuleLoadError, match="'broken': RuntimeError: no credentials") as caught:
         async with session:
             pytest.fail("the body must not run")
+    assert str(caught.value.__cause__) == "no credentials"
 
     (failure,) = [data for name, data in events.events if name == "module:load_failed"]
     assert (failure["module_type"], failure["module_id"], failure["optional"]) == (
@@ -867,6 +871,7 @@ async def test_a_failing_cleanup_does_not_replace_the_start_error(
         orchestrator=probe(orchestrator, module="probe-orchestrator"),
         context=probe(broken_context, module="probe-context"),
     )
-    with pytest.raises(ConfigError, match="is a directory"):
+    with pytest.raises(ModuleLoadError, match="^context 'probe-context': .*is a directory") as caught:
         async with AmplifierSession(plan):
             pass
+    assert isinstance(caught.value.__cause__, ConfigError)

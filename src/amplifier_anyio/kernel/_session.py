@@ -29,7 +29,13 @@ from typing import Any, Literal
 import anyio
 import attrs
 
-from ..errors import ConfigError, ModuleLoadError, ModuleNotFoundError, SessionError
+from ..errors import (
+    ConfigError,
+    ModuleLoadError,
+    ModuleNotFoundError,
+    SessionError,
+    describe,
+)
 from ..events import (
     CANCEL_COMPLETED,
     MODULE_LOAD_FAILED,
@@ -200,7 +206,11 @@ class AmplifierSession:
         assert self.plan is not None
         mount = await self.loader.load(spec.module, spec.config, spec.source, self.coordinator)
         before = dict(self.coordinator.get("providers")) if kind == "provider" else {}
-        cleanup = await mount(self.coordinator)
+        try:
+            cleanup = await mount(self.coordinator)
+        except Exception as exc:
+            # Whatever the module raised, the caller learns which plan entry failed.
+            raise ModuleLoadError(spec.module, describe(exc), kind=kind) from exc
         self.coordinator.register_cleanup(cleanup)
         if kind == "provider" and spec.instance_id:
             self._rename_provider(before, spec)
@@ -238,8 +248,8 @@ class AmplifierSession:
                     "module_type": kind,
                     "module_id": spec.module,
                     "instance_id": spec.instance_id,
-                    "error": str(exc),
-                    "reason_code": _reason_code(exc),
+                    "error": str(_original(exc)),
+                    "reason_code": _reason_code(_original(exc)),
                     "optional": spec.optional,
                 },
             )
@@ -407,6 +417,12 @@ class AmplifierSession:
         finally:
             self._state = SessionState.CLOSED
             self.loader.cleanup()
+
+
+def _original(exc: BaseException) -> BaseException:
+    """What a module's ``mount`` raised, when the session wrapped it to name the module."""
+    wrapped = isinstance(exc, ModuleLoadError) and exc.kind != "module"
+    return exc.__cause__ if wrapped and exc.__cause__ is not None else exc
 
 
 def _reason_code(exc: BaseException) -> str:
