@@ -34,6 +34,7 @@ from .kernel import (
     TurnStatus,
     current_tool_call,
     current_trace_id,
+    validate_plan,
 )
 from .models import (
     ChatRequest,
@@ -62,6 +63,7 @@ __all__ = (
     "TurnStatus",
     "MountPlan",
     "ModuleSpec",
+    "validate_plan",
     # kernel
     "ModuleCoordinator",
     "ModuleLoader",

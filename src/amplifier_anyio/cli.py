@@ -26,6 +26,7 @@ from .kernel._loader import ModuleLoader
 from .kernel._mount_plan import MountPlan
 from .kernel._session import AmplifierSession
 from .kernel._turns import TurnStatus
+from .kernel._validation import validate_plan
 from .models import HookResult
 
 __all__ = ("DEFAULT_PLAN", "app", "main")
@@ -165,12 +166,15 @@ def _run_command(
     ] = None,
     backend: Annotated[str, typer.Option("--backend", help="asyncio or trio.")] = "asyncio",
     events: Annotated[bool, typer.Option("--events", help="Print the event stream live.")] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Refuse config keys a module does not declare.")
+    ] = False,
 ) -> None:
     """Run one turn and print the answer."""
     _check_backend(backend)
     with _cli_command():
         mount_plan = _load_plan(plan)
-        result = _run(mount_plan, prompt, events, backend)
+        result = _run(mount_plan, prompt, events, backend, strict)
     if result.status is TurnStatus.ERROR:
         raise _fail(f"the turn failed: {type(result.error).__name__}: {result.error}", code=1)
     out.print(result.text, markup=False, highlight=False, soft_wrap=True)
@@ -179,9 +183,9 @@ def _run_command(
     raise typer.Exit(0 if result.status is not TurnStatus.CANCELLED else 1)
 
 
-def _run(plan: MountPlan, prompt: str, events: bool, backend: str) -> Any:
+def _run(plan: MountPlan, prompt: str, events: bool, backend: str, strict: bool) -> Any:
     try:
-        return anyio.run(_run_turn, plan, prompt, events, backend=backend)
+        return anyio.run(_run_turn, plan, prompt, events, strict, backend=backend)
     except Exception as exc:  # noqa: BLE001 - any failure is one line and an exit code
         leaf = _leaf(exc)
         if isinstance(leaf, _StartupError):
@@ -196,8 +200,8 @@ class _StartupError(Exception):
     """The session could not start; the message is the CLI's line for it."""
 
 
-async def _run_turn(plan: MountPlan, prompt: str, events: bool) -> Any:
-    session = AmplifierSession(plan)
+async def _run_turn(plan: MountPlan, prompt: str, events: bool, strict: bool) -> Any:
+    session = AmplifierSession(plan, strict=strict)
     session.coordinator.hooks.register(MODULE_LOAD_FAILED, _warn_load_failed, name="cli-warn")
     try:
         await session.initialize()
@@ -253,38 +257,32 @@ def _print_events(session: AmplifierSession) -> None:
 @app.command("validate")
 def _validate_command(
     path: Annotated[Path, typer.Argument(help="A plan file or a module directory.")],
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Unknown config keys are errors, not warnings.")
+    ] = False,
 ) -> None:
-    """Check a plan (every module id resolvable) or a module directory (importable mount)."""
+    """Check a plan (modules found, config against their schemas, mounted offline) or a
+    module directory (importable mount). Every problem is printed; exit 2 on any error."""
     with _cli_command():
-        problems = anyio.run(_validate, path)
+        problems = anyio.run(_validate, path, strict)
     if problems:
         for problem in problems:
             err.print(f"error: {_one_line(problem)}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2)
 
 
-async def _validate(path: Path) -> list[str]:
+async def _validate(path: Path, strict: bool) -> list[str]:
     if await anyio.Path(path).is_dir():
         return await _validate_module_dir(path)
-    try:
+    report = await validate_plan(path, strict=strict)
+    for warning in report.warnings:
+        err.print(f"warning: {_one_line(warning)}", markup=False, highlight=False, soft_wrap=True)
+    if report.ok:
         plan = await anyio.to_thread.run_sync(MountPlan.from_file, path)
-    except ConfigError as exc:
-        return [str(exc)]
-    loader = ModuleLoader()
-    problems = []
-    try:
-        for kind, spec in plan.all_modules():
-            try:
-                await loader.load(spec.module, spec.config, spec.source)
-            except Exception as exc:  # noqa: BLE001 - every problem is reported, one line each
-                problems.append(f"{kind} {spec.module!r}: {_cause(exc)}")
-    finally:
-        loader.cleanup()
-    if not problems:
         counts = ", ".join(f"{len(getattr(plan, s))} {s}" for s in ("providers", "tools", "hooks"))
         modules = f"orchestrator {plan.orchestrator.module}, context {plan.context.module}"
         out.print(f"ok: {path}: {modules}, {counts}", markup=False, highlight=False, soft_wrap=True)
-    return problems
+    return list(report.errors)
 
 
 async def _validate_module_dir(path: Path) -> list[str]:

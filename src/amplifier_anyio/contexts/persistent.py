@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
+from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError
 from . import _jsonl
 from ._jsonl import ContextFileError
 from ._messages import calls, result_ids
 from .compaction import Estimator
+from .simple import CONFIG_SCHEMA as SIMPLE_SCHEMA
 from .simple import DEFAULTS, SimpleContextManager, settings_from_config
 
 if TYPE_CHECKING:
@@ -250,11 +252,15 @@ def _load(path: Path, estimator: Estimator) -> tuple[list[dict[str, Any]], list[
     return repaired, [estimator(message) for message in repaired], closed
 
 
-def _check_path(path: Path, key: str) -> None:
-    """Fail with a one-line ConfigError unless ``path`` can be this module's file."""
+def _check_path(path: Path, key: str, dry_run: bool = False) -> None:
+    """Fail with a one-line ConfigError unless ``path`` can be this module's file; create
+    its directory unless ``dry_run``."""
     try:
         if path.is_dir():
             raise ConfigError(f"{key}: {path} is a directory")
+        if dry_run:
+            _check_creatable(path.parent, key)
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
     except FileExistsError as exc:  # a file (or a dangling link) where a directory is needed
         raise ConfigError(
@@ -263,6 +269,21 @@ def _check_path(path: Path, key: str) -> None:
     except OSError as exc:
         problem = exc.strerror or str(exc)
         raise ConfigError(f"{key}: cannot create the directory {path.parent}: {problem}") from exc
+
+
+def _check_creatable(directory: Path, key: str) -> None:
+    """The directory exists, or its nearest existing ancestor is a writable directory."""
+    probe = directory
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        msg = f"{key}: cannot create the directory {directory}: {probe} is not a directory"
+        raise ConfigError(msg)
+    if probe != directory and not os.access(probe, os.W_OK | os.X_OK):
+        msg = f"{key}: cannot create the directory {directory}: {probe} is not writable"
+        raise ConfigError(msg)
 
 
 def default_path(session_id: str, cwd: Path | None = None) -> Path:
@@ -298,8 +319,23 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Clean
         path = default_path(str(session_id))
     if not isinstance(path, str | os.PathLike):
         raise ConfigError(f"{MODULE_ID}.{key}: expected a path, got {path!r}")
-    await anyio.to_thread.run_sync(_check_path, Path(path), f"{MODULE_ID}.{key}")
+    validating = bool(getattr(coordinator, "validating", False))
+    await anyio.to_thread.run_sync(_check_path, Path(path), f"{MODULE_ID}.{key}", validating)
     manager = PersistentContextManager(path, **settings, hooks=getattr(coordinator, "hooks", None))
+    if validating:  # validate_plan: the file is neither created nor repaired
+        await coordinator.mount("context", manager)
+        return None
     await manager.load()
     await coordinator.mount("context", manager)
     return None
+
+
+CONFIG_SCHEMA = ConfigSchema(
+    MODULE_ID,
+    {
+        **SIMPLE_SCHEMA.settings,
+        "path": Setting((str,), "the JSONL file (default: under ~/.amplifier)"),
+    },
+    aliases={**SIMPLE_SCHEMA.aliases, "transcript_path": "path"},
+)
+"""The keys context-persistent accepts: context-simple's and the file's ``path``."""

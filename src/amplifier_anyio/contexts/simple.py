@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.lowlevel
 
+from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, ValidationError
 from ..events import CONTEXT_POST_COMPACT, CONTEXT_PRE_COMPACT
 from ._messages import copy_message, estimate_tokens
@@ -260,3 +261,16 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Clean
     )
     await coordinator.mount("context", manager)
     return None
+
+
+_SETTINGS = {
+    "max_tokens": Setting((int,), "token budget when the provider gives none"),
+    "compaction_threshold": Setting((float,), "share of the budget that triggers compaction"),
+    "target_usage": Setting((float,), "share of the budget kept after compaction"),
+    "safety_margin": Setting((int,), "tokens kept free for the answer"),
+}
+
+CONFIG_SCHEMA = ConfigSchema(
+    "context-simple", _SETTINGS, aliases={"compact_threshold": "compaction_threshold"}
+)
+"""The keys context-simple accepts (Amplifier's ``compact_threshold`` too)."""

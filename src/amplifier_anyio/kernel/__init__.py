@@ -17,6 +17,7 @@ from ._tracing import (
     trace_scope,
 )
 from ._turns import TurnResult, TurnStatus
+from ._validation import PlanReport, validate_plan
 
 __all__ = (
     "AmplifierSession",
@@ -28,6 +29,8 @@ __all__ = (
     "TurnStatus",
     "MountPlan",
     "ModuleSpec",
+    "validate_plan",
+    "PlanReport",
     "ModuleLoader",
     "ENTRY_POINT_GROUP",
     "package_name",

@@ -66,6 +66,10 @@ class ModuleCoordinator:
         self.capabilities: dict[str, Any] = {}
         self.channels: dict[str, list[dict[str, Any]]] = {}
         self.loader: Any = None
+        self.validating = False
+        """True while :func:`validate_plan` mounts a plan offline: a module checks its
+        config and resources then, but creates no files, opens no connections and starts
+        no work."""
         self._cleanup_fns: list[Callable[[], Any]] = []
         self._turn_injection_tokens = 0
         self._pending_cancel: dict[str, Any] | None = None

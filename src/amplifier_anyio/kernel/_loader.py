@@ -59,11 +59,7 @@ class ModuleLoader:
         coordinator: Any = None,
     ) -> BoundMount:
         """Find ``module_id`` and return ``mount(coordinator)`` with ``config`` bound."""
-        key = (module_id, source_hint)
-        mount = self._cache.get(key)
-        if mount is None:
-            mount = await self._find(module_id, source_hint, coordinator or self.coordinator)
-            self._cache[key] = mount
+        mount = await self.find(module_id, source_hint, coordinator)
         bound_config = dict(config or {})
 
         async def mount_with_config(target: Any) -> Any:
@@ -71,6 +67,20 @@ class ModuleLoader:
             return await result if inspect.isawaitable(result) else result
 
         return mount_with_config
+
+    async def find(
+        self, module_id: str, source_hint: str | None = None, coordinator: Any = None
+    ) -> Mount:
+        """The module's own ``mount`` function (found once, then cached); its module may
+        declare a config schema (:func:`~amplifier_anyio.config_schema.schema_of`)."""
+        key = (module_id, source_hint)
+        mount = self._cache.get(key)
+        if mount is None:
+            mount = await self._find(module_id, source_hint, coordinator or self.coordinator)
+            self._cache[key] = mount
+        else:
+            await anyio.lowlevel.checkpoint()
+        return mount
 
     def cleanup(self) -> None:
         """Remove the ``sys.path`` entries this loader added."""

@@ -51,6 +51,7 @@ from ._event_stream import TurnEventStream
 from ._loader import ModuleLoader
 from ._mount_plan import ModuleSpec, MountPlan
 from ._turns import TurnResult, TurnStatus
+from ._validation import schema_problems
 
 __all__ = ("AmplifierSession", "SessionState", "SessionStatus", "TurnResult", "TurnStatus")
 
@@ -98,8 +99,11 @@ class AmplifierSession:
         display_system: DisplaySystem | None = None,
         is_resumed: bool = False,
         loader: ModuleLoader | None = None,
+        strict: bool = False,
     ) -> None:
         self.plan: MountPlan | None = None
+        self.strict = strict
+        """Refuse to start on a config key or type the modules' schemas do not accept."""
         self._plan_path: Path | None = None
         if isinstance(plan, MountPlan):
             self.plan = plan
@@ -173,6 +177,7 @@ class AmplifierSession:
             assert self._plan_path is not None
             plan = await anyio.to_thread.run_sync(MountPlan.from_file, self._plan_path)
             self.plan = plan
+        await self._check_schemas(plan)
         try:
             await self._mount_required("orchestrator", plan.orchestrator)
             await self._mount_required("context", plan.context)
@@ -191,6 +196,15 @@ class AmplifierSession:
             await self.coordinator.hooks.emit(
                 SESSION_FORK, {"parent": self.parent_id, "session_id": self.session_id}
             )
+
+    async def _check_schemas(self, plan: MountPlan) -> None:
+        """Every schema problem of the plan before any module is mounted: unknown keys
+        are warnings (errors when strict); errors come as one ConfigError listing all."""
+        report = await schema_problems(plan, self.loader, strict=self.strict)
+        for warning in report.warnings:
+            logger.warning("%s", warning)
+        if report.errors:
+            raise ConfigError("; ".join(report.errors))
 
     async def _undo_mounts(self) -> None:
         """Clean up what a failed start mounted; the start's own error stays the one raised."""

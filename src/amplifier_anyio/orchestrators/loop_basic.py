@@ -59,12 +59,11 @@ class LoopBasicConfig:
 
     @classmethod
     def from_dict(cls, config: dict[str, Any] | None) -> LoopBasicConfig:
-        """Parse a plan's orchestrator config; errors name the key."""
-        config = dict(config or {})
+        """Parse a plan's orchestrator config; errors name the key. Unknown keys are
+        dropped here: the session reports them (a warning, an error when strict) from
+        :data:`CONFIG_SCHEMA`."""
         known = {a.name for a in attrs.fields(cls)}
-        for key in sorted(set(config) - known):
-            logger.warning("loop-basic: ignoring unknown config key %r", key)
-            config.pop(key)
+        config = {k: v for k, v in (config or {}).items() if k in known}
         try:
             return structure(config, cls)
         except ValidationError as exc:

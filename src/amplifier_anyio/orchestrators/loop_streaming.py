@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .loop_basic import LoopBasicOrchestrator
+from ..config_schema import ConfigSchema
+from .loop_basic import LoopBasicConfig, LoopBasicOrchestrator
 
 __all__ = ("LoopStreamingOrchestrator", "mount")
 
@@ -27,3 +28,7 @@ class LoopStreamingOrchestrator(LoopBasicOrchestrator):
 async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> None:
     """Mount loop-streaming as the session's orchestrator."""
     await coordinator.mount("orchestrator", LoopStreamingOrchestrator(config))
+
+
+CONFIG_SCHEMA = ConfigSchema.from_attrs("loop-streaming", LoopBasicConfig)
+"""The keys loop-streaming accepts: loop-basic's."""

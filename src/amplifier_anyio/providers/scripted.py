@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, LLMError, ValidationError
 from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall, structure
 
@@ -134,3 +135,16 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> None:
         script, name=name, latency=config.get("latency", 0.0), priority=config.get("priority")
     )
     await coordinator.mount("providers", provider, name=name)
+
+
+CONFIG_SCHEMA = ConfigSchema(
+    "provider-scripted",
+    {
+        "responses": Setting((list,), "ChatResponse dicts answered in order"),
+        "demo": Setting((bool,), "answer with the built-in demo script"),
+        "latency": Setting((float, list), "seconds before each answer (one, or one per reply)"),
+        "name": Setting((str,), "the provider's mount name"),
+        "priority": Setting((int,), "selection priority (lower first)"),
+    },
+)
+"""The keys provider-scripted accepts."""

@@ -6,10 +6,13 @@ the demo's tool round takes one delay, not two.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import anyio
 
+from ..config_schema import ConfigSchema, Setting
+from ..errors import ConfigError
 from ..models import ToolResult
 
 __all__ = ("WordCountTool", "ReverseWordsTool", "mount")
@@ -65,6 +68,14 @@ class ReverseWordsTool(_TextTool):
 
 async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> None:
     """Mount both demo tools (config: ``delay`` in seconds)."""
-    delay = float((config or {}).get("delay", 0.3))
+    delay = (config or {}).get("delay", 0.3)
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay < math.inf:
+        raise ConfigError(f"tool-demo.delay: expected a finite number >= 0, got {delay!r}")
     for tool in (WordCountTool(delay), ReverseWordsTool(delay)):
         await coordinator.mount("tools", tool, name=tool.name)
+
+
+CONFIG_SCHEMA = ConfigSchema(
+    "tool-demo", {"delay": Setting((float,), "seconds each demo tool takes")}
+)
+"""The keys tool-demo accepts."""

@@ -1,0 +1,173 @@
+"""Checking a mount plan before it runs: every module found, its config keys and types
+against the schema it declares, and its ``mount`` run offline.
+
+``validate_plan`` reports every problem at once; ``amplifier-anyio validate [--strict]``
+prints its report and ``AmplifierSession(plan, strict=True)`` refuses to start on the
+schema errors it finds.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+
+from ..config_schema import schema_of
+from ..errors import ConfigError, describe
+from ._coordinator import ModuleCoordinator
+from ._loader import ModuleLoader
+from ._mount_plan import ModuleSpec, MountPlan
+
+__all__ = ("PlanReport", "validate_plan", "schema_problems")
+
+_MOUNT_POINT_OF = {"orchestrator": "orchestrator", "context": "context"}
+_CLEANUP_SECONDS = 5.0
+
+
+@attrs.frozen
+class PlanReport:
+    """What :func:`validate_plan` found. ``errors`` stop the plan from starting (unknown
+    keys among them in strict mode); ``warnings`` do not."""
+
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """No errors."""
+        return not self.errors
+
+
+@attrs.define(eq=False)
+class _Findings:
+    errors: list[str] = attrs.Factory(list)
+    warnings: list[str] = attrs.Factory(list)
+
+    def report(self) -> PlanReport:
+        return PlanReport(tuple(self.errors), tuple(self.warnings))
+
+
+@attrs.frozen
+class _Identity:
+    """What a module may ask its coordinator while the plan is validated."""
+
+    session_id: str
+    parent_id: str | None = None
+
+
+async def validate_plan(
+    plan: MountPlan | Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    strict: bool = False,
+    loader: ModuleLoader | None = None,
+) -> PlanReport:
+    """Load every module of ``plan``, check its config against its declared schema, and
+    run its ``mount`` offline (``coordinator.validating`` is true: modules create no
+    files and open no connections); the mounts are cleaned up before returning.
+
+    Unknown config keys are errors when ``strict``, warnings otherwise; a module that
+    declares no schema is a warning in strict mode (its keys cannot be checked). A plan
+    that cannot be parsed is one error.
+    """
+    try:
+        parsed = await _parse(plan)
+    except ConfigError as exc:
+        return PlanReport(errors=(str(exc),))
+    coordinator = ModuleCoordinator(_Identity(f"validate-{uuid.uuid4()}"))
+    coordinator.validating = True
+    loader = loader or ModuleLoader(coordinator)
+    findings = _Findings()
+    try:
+        for kind, spec in parsed.all_modules():
+            await _check_module(
+                kind, spec, loader=loader, coordinator=coordinator, strict=strict, findings=findings
+            )
+    finally:
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + _CLEANUP_SECONDS
+            try:
+                await coordinator.cleanup()
+            except Exception as exc:  # noqa: BLE001 - a module's cleanup is one more finding
+                findings.errors.append(f"cleaning up after validation: {describe(exc)}")
+        if loader.coordinator is coordinator:
+            loader.cleanup()
+    return findings.report()
+
+
+async def schema_problems(plan: MountPlan, loader: ModuleLoader, *, strict: bool) -> PlanReport:
+    """The schema check alone, no mount: what a session runs before it mounts. A module
+    that cannot be found is left to the mount (which honours ``optional``); an optional
+    module's problems are warnings."""
+    findings = _Findings()
+    for kind, spec in plan.all_modules():
+        try:
+            mount = await loader.find(spec.module, spec.source)
+        except Exception:  # noqa: BLE001, S112 - the mount reports it, honouring optional
+            continue
+        found = _Findings()
+        _check_schema(kind, spec, mount, strict, found)
+        findings.warnings.extend(found.warnings)
+        (findings.warnings if spec.optional else findings.errors).extend(found.errors)
+    return findings.report()
+
+
+async def _parse(plan: MountPlan | Mapping[str, Any] | str | os.PathLike[str]) -> MountPlan:
+    if isinstance(plan, MountPlan):
+        await anyio.lowlevel.checkpoint()
+        return plan
+    if isinstance(plan, Mapping):
+        await anyio.lowlevel.checkpoint()
+        return MountPlan.from_dict(dict(plan))
+    return await anyio.to_thread.run_sync(MountPlan.from_file, Path(plan))
+
+
+async def _check_module(
+    kind: str,
+    spec: ModuleSpec,
+    *,
+    loader: ModuleLoader,
+    coordinator: ModuleCoordinator,
+    strict: bool,
+    findings: _Findings,
+) -> None:
+    label = f"{kind} {spec.module!r}"
+    try:
+        mount = await loader.find(spec.module, spec.source)
+    except Exception as exc:  # noqa: BLE001 - every problem is reported, one line each
+        findings.errors.append(f"{label}: {describe(exc)}")
+        return
+    errors_before = len(findings.errors)
+    _check_schema(kind, spec, mount, strict, findings)
+    if len(findings.errors) > errors_before:
+        return  # its mount would only repeat the schema's finding less clearly
+    try:
+        result = await (await loader.load(spec.module, spec.config, spec.source))(coordinator)
+    except Exception as exc:  # noqa: BLE001 - every problem is reported, one line each
+        findings.errors.append(f"{label}: {describe(exc)}")
+        return
+    coordinator.register_cleanup(result)
+    point = _MOUNT_POINT_OF.get(kind)
+    if point is not None and coordinator.get(point) is None:
+        findings.errors.append(f"{label}: mounted nothing at {point!r}")
+
+
+def _check_schema(
+    kind: str, spec: ModuleSpec, mount: Any, strict: bool, findings: _Findings
+) -> None:
+    schema = schema_of(mount)
+    label = f"{kind} {spec.module!r}"
+    if schema is None:
+        if strict and spec.config:
+            findings.warnings.append(f"{label}: declares no config schema; its keys are unchecked")
+        return
+    for problem in schema.check(spec.config):
+        line = f"{label}: {problem}"
+        if problem.kind == "unknown" and not strict:
+            findings.warnings.append(line)
+        else:
+            findings.errors.append(line)
