@@ -1,0 +1,43 @@
+"""A pytest plugin, registered by installing amplifier_anyio: the Hypothesis settings the
+strategies of :mod:`amplifier_anyio.testing.strategies` need.
+
+Whole conversations are large, rich examples; Hypothesis's default health checks take them
+for a mistake (``too_slow``, ``data_too_large``, ``large_base_example``), so a module
+author's first property would fail before it tested anything. The plugin registers the
+profile ``amplifier-anyio`` (those checks suppressed, no deadline) and
+``amplifier-anyio-ci`` (the same, derandomised, so CI runs are reproducible), and loads
+the first one **only** when the project has not chosen a profile itself — a conftest that
+loads its own profile wins, and ``-p no:amplifier_anyio`` turns the plugin off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ("PROFILE", "CI_PROFILE", "pytest_configure")
+
+PROFILE = "amplifier-anyio"
+"""Health checks the strategies trip suppressed, no deadline."""
+
+CI_PROFILE = "amplifier-anyio-ci"
+""":data:`PROFILE`, derandomised."""
+
+
+def pytest_configure(config: Any) -> None:
+    """Register both profiles; load :data:`PROFILE` unless another is already loaded."""
+    try:
+        from hypothesis import HealthCheck, settings  # noqa: PLC0415 - only with hypothesis
+    except ImportError:  # the runtime does not need hypothesis; nothing to configure
+        return
+    relaxed: dict[str, Any] = {
+        "deadline": None,
+        "suppress_health_check": [
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+        ],
+    }
+    settings.register_profile(PROFILE, **relaxed)
+    settings.register_profile(CI_PROFILE, derandomize=True, **relaxed)
+    if settings.get_current_profile_name() == "default":
+        settings.load_profile(PROFILE)

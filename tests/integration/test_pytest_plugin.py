@@ -1,0 +1,66 @@
+"""Installing amplifier_anyio gives an outside project's pytest the Hypothesis settings
+the strategies need, unless that project chose its own profile."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+OUTSIDER_TEST = textwrap.dedent(
+    """
+    from hypothesis import HealthCheck, given, settings
+
+    from amplifier_anyio.testing import strategies as ast
+
+
+    def test_profile():
+        print("PROFILE", settings.get_current_profile_name())
+        print("SUPPRESSED", sorted(h.name for h in settings().suppress_health_check))
+
+
+    @given(ast.conversations(max_turns=6, max_tool_calls=4))
+    def test_a_first_property(conversation):
+        assert isinstance(conversation, list)
+    """
+)
+
+
+def run_pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_plugin_is_registered_with_pytest() -> None:
+    found = importlib.metadata.entry_points(group="pytest11").select(name="amplifier_anyio")
+    assert [ep.value for ep in found] == ["amplifier_anyio.testing.pytest_plugin"]
+
+
+def test_an_outside_project_gets_the_relaxed_profile(tmp_path: Path) -> None:
+    (tmp_path / "test_outsider.py").write_text(OUTSIDER_TEST, encoding="utf-8")
+    result = run_pytest(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "PROFILE amplifier-anyio\n" in result.stdout
+    assert "SUPPRESSED ['data_too_large', 'large_base_example', 'too_slow']" in result.stdout
+
+
+def test_a_project_profile_wins_and_the_plugin_can_be_turned_off(tmp_path: Path) -> None:
+    (tmp_path / "test_outsider.py").write_text(OUTSIDER_TEST, encoding="utf-8")
+    (tmp_path / "conftest.py").write_text(
+        "from hypothesis import settings\n"
+        "settings.register_profile('mine', max_examples=5)\n"
+        "settings.load_profile('mine')\n",
+        encoding="utf-8",
+    )
+    assert "PROFILE mine\n" in run_pytest(tmp_path).stdout
+    (tmp_path / "conftest.py").unlink()
+    off = run_pytest(tmp_path, "-p", "no:amplifier_anyio", "-k", "test_profile")
+    assert "PROFILE default\n" in off.stdout
