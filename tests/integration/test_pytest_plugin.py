@@ -64,3 +64,5 @@ def test_a_project_profile_wins_and_the_plugin_can_be_turned_off(tmp_path: Path)
     (tmp_path / "conftest.py").unlink()
     off = run_pytest(tmp_path, "-p", "no:amplifier_anyio", "-k", "test_profile")
     assert "PROFILE default\n" in off.stdout
+    chosen = run_pytest(tmp_path, "--hypothesis-profile=amplifier-anyio-ci", "-k", "test_profile")
+    assert "PROFILE amplifier-anyio-ci\n" in chosen.stdout, chosen.stdout + chosen.stderr

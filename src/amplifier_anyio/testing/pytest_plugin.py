@@ -23,12 +23,12 @@ CI_PROFILE = "amplifier-anyio-ci"
 """:data:`PROFILE`, derandomised."""
 
 
-def pytest_configure(config: Any) -> None:
-    """Register both profiles; load :data:`PROFILE` unless another is already loaded."""
+def _register() -> bool:
+    """Register both profiles; False when Hypothesis is not installed."""
     try:
         from hypothesis import HealthCheck, settings  # noqa: PLC0415 - only with hypothesis
     except ImportError:  # the runtime does not need hypothesis; nothing to configure
-        return
+        return False
     relaxed: dict[str, Any] = {
         "deadline": None,
         "suppress_health_check": [
@@ -39,5 +39,19 @@ def pytest_configure(config: Any) -> None:
     }
     settings.register_profile(PROFILE, **relaxed)
     settings.register_profile(CI_PROFILE, derandomize=True, **relaxed)
+    return True
+
+
+# At import, before any plugin's pytest_configure: ``--hypothesis-profile=amplifier-anyio-ci``
+# finds the profile whichever plugin configures first.
+_REGISTERED = _register()
+
+
+def pytest_configure(config: Any) -> None:
+    """Load :data:`PROFILE` unless a profile was already chosen."""
+    if not _REGISTERED:
+        return
+    from hypothesis import settings  # noqa: PLC0415 - only with hypothesis
+
     if settings.get_current_profile_name() == "default":
         settings.load_profile(PROFILE)
