@@ -217,8 +217,8 @@ async def _run_turn(plan: MountPlan, prompt: str, events: bool, strict: bool) ->
 
 def _startup_problem(exc: Exception) -> str:
     cause = _cause(exc)
-    if isinstance(_leaf(exc), ModuleLoadError | ModuleNotFoundError):
-        return cause  # the message names the plan entry and the module
+    if isinstance(_leaf(exc), ModuleLoadError | ModuleNotFoundError | ConfigError):
+        return cause  # the message names the plan entry (and the module, the key)
     return f"the session could not start: {cause}"
 
 

@@ -143,7 +143,7 @@ def test_a_context_config_of_the_wrong_type_names_the_context(tmp_path: Path) ->
 
     assert message == (
         "error: context 'context-simple': "
-        "context-simple.max_tokens: expected a positive integer, got 'many'"
+        "context-simple.max_tokens: expected an integer, got 'many'"
     )
 
 
@@ -181,7 +181,10 @@ def test_a_bad_orchestrator_config_names_the_orchestrator(tmp_path: Path) -> Non
 
     message = one_line_error(invoke("run", "--plan", str(path), "hi"))
 
-    assert message == "error: orchestrator 'loop-basic': max_iterations: expected int, got str"
+    assert message == (
+        "error: orchestrator 'loop-basic': loop-basic.max_iterations: expected an integer, "
+        "got 'lots'"
+    )
 
 
 def test_a_misspelt_required_tool_fails_the_start_in_one_line(tmp_path: Path) -> None:

@@ -286,5 +286,5 @@ def test_run_strict_refuses_the_sloppy_plan_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["run", "--strict", "--plan", str(path), "hi"])
     assert result.exit_code == 2, result.output
     [line] = result.stderr.splitlines()
-    assert line.startswith("error: the session could not start: orchestrator 'loop-basic'")
+    assert line.startswith("error: orchestrator 'loop-basic': loop-basic.turbo: unknown key")
     assert "provider-scripted.colour" in line
