@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from amplifier_anyio.bench import (
@@ -20,6 +21,7 @@ from amplifier_anyio.bench import (
     BenchConfig,
     FanoutTurn,
     conversation,
+    render_tables,
     run_benchmarks,
     taskgroup_floor,
     write_json,
@@ -216,3 +218,48 @@ class TestCommand:
         result = CliRunner().invoke(app, [*args, "--backend", "asyncio", "--plot", str(path)])
         assert result.exit_code == 0, result.output
         assert path.read_bytes().startswith(b"\x89PNG")
+
+
+class TestOutput:
+    """Readable wherever it is read: 80 columns on a terminal, Markdown in a pipe or a log."""
+
+    @staticmethod
+    def render(report: dict[str, Any], width: int, *, terminal: bool = True) -> list[str]:
+        console = Console(width=width, force_terminal=terminal, record=True, color_system=None)
+        with console.capture() as capture:
+            render_tables(report, console)
+        return capture.get().splitlines()
+
+    def test_no_table_wraps_or_overflows_at_80_columns(self, report: dict[str, Any]) -> None:
+        narrow = self.render(report, 80)
+        assert max(len(line) for line in narrow) <= 80
+        # The same lines as on a very wide terminal: no cell was wrapped or cut.
+        wide = self.render(report, 400)
+        assert [line.strip() for line in narrow] == [line.strip() for line in wide]
+        assert any("fan-out 1 000 x 10 ms / floor" in line for line in narrow)
+
+    def test_a_pipe_gets_markdown_tables(self, report: dict[str, Any]) -> None:
+        lines = self.render(report, 80, terminal=False)
+        rows = [line for line in lines if line.startswith("|")]
+        assert len(rows) > len(report["targets"])
+        assert all(line.endswith("|") for line in rows)
+
+    def test_a_log_shows_progress_with_the_time_left(self) -> None:
+        args = ["bench", "--size", "2", "--repeats", "1", "--suite", "emit"]
+        result = CliRunner().invoke(app, [*args, "--backend", "asyncio"])
+        assert result.exit_code == 0, result.output
+        progress = [line for line in result.stderr.splitlines() if line.startswith("[")]
+        assert progress
+        assert progress[-1].startswith(f"[{len(progress)}/{len(progress)}] ")
+        assert all(line.endswith(" s left)") for line in progress)
+
+    def test_a_plot_without_the_fanout_suite_is_refused_before_measuring(
+        self, tmp_path: Path
+    ) -> None:
+        pytest.importorskip("matplotlib")
+        path = tmp_path / "emit.png"
+        args = ["bench", "--suite", "emit", "--backend", "asyncio", "--plot", str(path)]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2
+        assert "the plot shows the fanout suite; add --suite fanout" in result.stderr
+        assert not path.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,9 @@ def run_command(
         if (problem := plot_format_problem(plot_path)) is not None:
             raise ConfigError(f"--plot {plot_path}: {problem}")
         _check_writable("--plot", plot_path)
+        if "fanout" not in config.suites:
+            msg = f"--plot {plot_path}: the plot shows the fanout suite; add --suite fanout"
+            raise ConfigError(msg)
     if json_path is not None:
         _check_writable("--json", json_path)
     backends, _ = runnable_backends(config)
@@ -79,12 +83,16 @@ def run_command(
         auto_refresh=False,  # no refresh thread competing with the timed runs
         transient=True,
     )
+    total = count_steps(config, len(backends))
+    log = _ProgressLog(err, total) if not err.is_terminal else None
     with progress:
-        task = progress.add_task("benchmarking", total=count_steps(config, len(backends)))
+        task = progress.add_task("benchmarking", total=total)
 
         def step(description: str) -> None:
             progress.update(task, advance=1, description=description)
             progress.refresh()
+            if log is not None:
+                log.step(description)
 
         progress.refresh()
         report = run_benchmarks(config, step)
@@ -99,6 +107,28 @@ def run_command(
         _write("--plot", plot_path, write_plot, report)
         err.print(f"wrote {plot_path}", highlight=False)
     return report
+
+
+class _ProgressLog:
+    """One plain line per case for logs that are not a terminal (CI): where the run is and
+    an estimate of the time left, from the mean time per case so far."""
+
+    def __init__(self, console: Console, total: int) -> None:
+        self.console = console
+        self.total = max(total, 1)
+        self.done = 0
+        self.start = time.monotonic()
+
+    def step(self, description: str) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.start
+        left = elapsed / self.done * (self.total - self.done)
+        self.console.print(
+            f"[{self.done}/{self.total}] {description} ({elapsed:.0f} s, ~{left:.0f} s left)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _check_writable(option: str, path: Path) -> None:

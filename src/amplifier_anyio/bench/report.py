@@ -40,33 +40,43 @@ def _table(title: str, columns: list[str], markdown: bool) -> Table:
     return table
 
 
-def _fanout_table(report: dict[str, Any], markdown: bool) -> Table:
-    table = _table(
+def _fanout_tables(report: dict[str, Any], markdown: bool) -> list[Table]:
+    """Two tables of at most eight columns each, so either fits 80 columns."""
+    timing = _table(
         "Fan-out through the full loop (median ms; ratio = ours / task-group floor)",
-        [
-            "backend", "N", "D ms", "K", "floor", "gather", "ours", "ours min",
-            "ratio", "vs gather", "µs/call", "B/call ours", "B/call floor",
-        ],
+        ["backend", "N", "D ms", "K", "floor", "ours", "ratio", "µs/call"],
         markdown,
-    )  # fmt: skip
+    )
+    against = _table(
+        "Fan-out: ours against asyncio.gather and in memory (B = bytes)",
+        ["backend", "N", "D ms", "K", "gather", "ours/gather", "B/call", "B/call floor"],
+        markdown,
+    )
     for case in report["fanout"]:
         gather, memory = case["gather"], case["memory"] or {}
-        table.add_row(
-            case["backend"],
-            f"{case['n']:,}",
-            f"{case['delay_ms']:g}",
+        key = (_backend(case["backend"]), f"{case['n']:,}", f"{case['delay_ms']:g}")
+        timing.add_row(
+            *key,
             str(case["hooks"]),
             _ms(case["floor"]["median_s"]),
-            _ms(gather["median_s"]) if gather else "-",
             _ms(case["ours"]["median_s"]),
-            _ms(case["ours"]["min_s"]),
             f"{case['ratio']:.2f}",
-            f"{case['ratio_gather']:.2f}" if case["ratio_gather"] is not None else "-",
             _num(case["overhead_us_per_call"]),
+        )
+        against.add_row(
+            *key,
+            str(case["hooks"]),
+            _ms(gather["median_s"]) if gather else "-",
+            f"{case['ratio_gather']:.2f}" if case["ratio_gather"] is not None else "-",
             _num(memory.get("ours_bytes_per_call")),
             _num(memory.get("floor_bytes_per_call")),
         )
-    return table
+    return [timing, against]
+
+
+def _backend(name: str) -> str:
+    """Backend names short enough for narrow tables."""
+    return name.replace("asyncio+uvloop", "uvloop")
 
 
 def _emit_table(report: dict[str, Any], markdown: bool) -> Table:
@@ -128,11 +138,11 @@ def _compaction_table(report: dict[str, Any], markdown: bool) -> Table:
 def _targets_table(report: dict[str, Any], markdown: bool) -> Table:
     table = _table("Targets", ["target", "backend", "measured", "under", "met"], markdown)
     for target in report["targets"]:
-        met = {True: "met", False: "MISSED", None: "not measured"}[target["met"]]
+        met = {True: "met", False: "MISSED", None: "-"}[target["met"]]
         measured = target["measured"]
         table.add_row(
             target["label"],
-            target["backend"],
+            _backend(target["backend"]),
             "-" if measured is None else f"{_num(measured)} {target['unit']}",
             f"{target['threshold']:g} {target['unit']}",
             met,
@@ -141,10 +151,13 @@ def _targets_table(report: dict[str, Any], markdown: bool) -> Table:
 
 
 def render_tables(report: dict[str, Any], console: Console, *, markdown: bool = False) -> None:
-    """Print every table the report has data for (Markdown tables when ``markdown``)."""
+    """Print every table the report has data for: tables that fit 80 columns on a terminal,
+    Markdown when ``markdown`` or when the console is not a terminal (a pipe, a CI log)."""
+    # A pipe or a CI log gets Markdown: one line per row whatever the reader's width.
+    markdown = markdown or not console.is_terminal
     tables = []
     if report["fanout"]:
-        tables.append(_fanout_table(report, markdown))
+        tables.extend(_fanout_tables(report, markdown))
     if report["emit"]:
         tables.append(_emit_table(report, markdown))
     if report["batch"]:
@@ -152,8 +165,7 @@ def render_tables(report: dict[str, Any], console: Console, *, markdown: bool = 
     if report["compaction"]:
         tables.append(_compaction_table(report, markdown))
     tables.append(_targets_table(report, markdown))
-    # a file or a Markdown paste gets whole columns, not a terminal's width
-    width = None if console.is_terminal and not markdown else max(console.width, 200)
+    width = max(console.width, 200) if markdown else None
     for table in tables:
         console.print(table, width=width)
         if markdown:
@@ -189,6 +201,9 @@ def plot_format_problem(path: Path) -> str | None:
     return f"unknown image format {suffix!r}; use one of {', '.join(formats)}"
 
 
+_PLOT_FROM = 10
+
+
 def write_plot(report: dict[str, Any], path: Path) -> None:
     """Overhead per call over the floor against N (log x), one panel per delay."""
     problem = plotting_problem()
@@ -209,6 +224,10 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
 
 
 def _plot_panel(axis: Any, cases: list[dict[str, Any]], delay: float) -> None:
+    # Per-call overhead at N = 1 is one turn's fixed cost and dwarfs the rest: it stays in
+    # the table, and the plot starts at N = 10 when the run went that far.
+    if any(c["n"] >= _PLOT_FROM for c in cases):
+        cases = [c for c in cases if c["n"] >= _PLOT_FROM]
     series = sorted({(c["backend"], c["hooks"]) for c in cases})
     for backend, hooks in series:
         points = sorted(
