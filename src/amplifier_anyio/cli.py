@@ -223,13 +223,15 @@ async def _run_turn(plan: MountPlan, prompt: str, events: bool) -> Any:
     session = AmplifierSession(plan, loader=loader)
     loader.coordinator = session.coordinator
     session.coordinator.hooks.register(MODULE_LOAD_FAILED, _warn_load_failed, name="cli-warn")
-    try:
-        await session.initialize()
-    except Exception as exc:
-        # Whatever a module raises while the session loads and mounts it (the session
-        # has cleaned up already): one line naming the module, exit 2.
-        raise _StartupError(_startup_problem(plan, loader.last_module, exc)) from exc
-    async with session:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            # Entered with ``async with``: the session then owns the task group that
+            # module services (hooks-logging's writer, …) run in.
+            await stack.enter_async_context(session)
+        except Exception as exc:
+            # Whatever a module raises while the session loads and mounts it (the session
+            # has cleaned up already): one line naming the module, exit 2.
+            raise _StartupError(_startup_problem(plan, loader.last_module, exc)) from exc
         if events:
             _print_events(session)
         return await session.run(prompt)
