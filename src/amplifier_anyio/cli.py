@@ -10,6 +10,7 @@ import contextlib
 import importlib.util
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -220,7 +221,7 @@ class _NamingLoader(ModuleLoader):
 
 async def _run_turn(plan: MountPlan, prompt: str, events: bool) -> Any:
     loader = _NamingLoader()
-    session = AmplifierSession(plan, loader=loader)
+    session = AmplifierSession(plan, loader=loader, approval_system=_approval_system())
     loader.coordinator = session.coordinator
     session.coordinator.hooks.register(MODULE_LOAD_FAILED, _warn_load_failed, name="cli-warn")
     async with contextlib.AsyncExitStack() as stack:
@@ -235,6 +236,15 @@ async def _run_turn(plan: MountPlan, prompt: str, events: bool) -> Any:
         if events:
             _print_events(session)
         return await session.run(prompt)
+
+
+def _approval_system() -> Any:
+    """Ask on the terminal when there is one; otherwise none, so approvals fail closed."""
+    if not sys.stdin.isatty():
+        return None
+    from .hooks.approval import ConsoleApprovalSystem
+
+    return ConsoleApprovalSystem()
 
 
 def _startup_problem(plan: MountPlan, module_id: str | None, exc: Exception) -> str:
