@@ -53,6 +53,7 @@ __all__ = (
     "ConsoleApprovalSystem",
     "CallbackApprovalSystem",
     "ApprovalRequest",
+    "approval_prompt",
     "ALLOW_ONCE",
     "ALLOW_ALWAYS",
     "DENY",
