@@ -10,6 +10,7 @@ import contextlib
 import importlib.util
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -201,18 +202,29 @@ class _StartupError(Exception):
 
 
 async def _run_turn(plan: MountPlan, prompt: str, events: bool, strict: bool) -> Any:
-    session = AmplifierSession(plan, strict=strict)
+    session = AmplifierSession(plan, strict=strict, approval_system=_approval_system())
     session.coordinator.hooks.register(MODULE_LOAD_FAILED, _warn_load_failed, name="cli-warn")
-    try:
-        await session.initialize()
-    except Exception as exc:
-        # Whatever a module raises while the session loads and mounts it (the session
-        # has cleaned up already): one line naming the module, exit 2.
-        raise _StartupError(_startup_problem(exc)) from exc
-    async with session:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            # Entered with ``async with``: the session then owns the task group that
+            # module services (hooks-logging's writer, …) run in.
+            await stack.enter_async_context(session)
+        except Exception as exc:
+            # Whatever a module raises while the session loads and mounts it (the session
+            # has cleaned up already): one line naming the module, exit 2.
+            raise _StartupError(_startup_problem(exc)) from exc
         if events:
             _print_events(session)
         return await session.run(prompt)
+
+
+def _approval_system() -> Any:
+    """Ask on the terminal when there is one; otherwise none, so approvals fail closed."""
+    if not sys.stdin.isatty():
+        return None
+    from .hooks.approval import ConsoleApprovalSystem
+
+    return ConsoleApprovalSystem()
 
 
 def _startup_problem(exc: Exception) -> str:

@@ -185,7 +185,6 @@ RESERVED_EVENTS: Final[frozenset[str]] = frozenset(
         APPROVAL_REQUIRED,
         APPROVAL_GRANTED,
         APPROVAL_DENIED,
-        MODULE_ON_SESSION_READY_FAILED,
         SESSION_CONFIG,
         TOOL_SELECTING,
         TOOL_SELECTED,

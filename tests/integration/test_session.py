@@ -872,7 +872,7 @@ async def test_a_failing_cleanup_does_not_replace_the_start_error(
         context=probe(broken_context, module="probe-context"),
     )
     with pytest.raises(
-        ModuleLoadError, match="^context 'probe-context': .*is a directory"
+        ModuleLoadError, match=r"^context 'probe-context': .*is a directory"
     ) as caught:
         async with AmplifierSession(plan):
             pass

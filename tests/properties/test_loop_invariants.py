@@ -869,7 +869,11 @@ async def run_once(
                 session, untimed, context, follow, probe, coordinator, recorder
             )
     finally:
-        if session is not None:
+        if session is not None and scenario.opened:
+            # Entered by hand above: left by hand (the session holds a task group for
+            # module services, which the task that entered it must leave).
+            await session.__aexit__(None, None, None)
+        elif session is not None:
             await session.cleanup()
     return Run(
         scenario=scenario,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from ._cancellation import CancellationState, CancellationStatistics, CancellationToken
-from ._coordinator import MOUNT_POINTS, ModuleCoordinator
+from ._coordinator import MOUNT_POINTS, CoordinatorStatistics, ModuleCoordinator
 from ._event_stream import Event, TurnEventStream
 from ._hooks import Handler, HookRegistry, HookRegistryStatistics
 from ._loader import ENTRY_POINT_GROUP, ModuleLoader, package_name
 from ._mount_plan import ModuleSpec, MountPlan
+from ._services import ServiceFunction, ServiceState, ServiceStatistics
 from ._session import AmplifierSession, SessionState, SessionStatus
 from ._tracing import (
     ToolCallContext,
@@ -41,6 +42,10 @@ __all__ = (
     "CancellationState",
     "CancellationStatistics",
     "ModuleCoordinator",
+    "CoordinatorStatistics",
+    "ServiceFunction",
+    "ServiceState",
+    "ServiceStatistics",
     "MOUNT_POINTS",
     "ToolCallContext",
     "current_trace_id",

@@ -11,18 +11,21 @@ import inspect
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import anyio
+import attrs
 
-from ..errors import ApprovalTimeoutError, InjectionTooLargeError, MountError
+from ..errors import ApprovalTimeoutError, InjectionTooLargeError, MountError, SessionError
 from ..events import CANCEL_REQUESTED
 from ..interfaces import ApprovalSystem, DisplaySystem
 from ..models import HookResult
 from ._cancellation import CancellationToken
 from ._hooks import HookRegistry
+from ._services import ServiceFunction, ServiceGroup, ServiceStatistics
 
-__all__ = ("ModuleCoordinator", "MOUNT_POINTS")
+__all__ = ("ModuleCoordinator", "CoordinatorStatistics", "MOUNT_POINTS")
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +37,17 @@ _MULTI = ("providers", "tools")
 _ALLOW = ("allow", "allow once", "allow always")
 
 
+@attrs.frozen(kw_only=True)
+class CoordinatorStatistics:
+    """A snapshot of a coordinator: what is mounted and which module services run."""
+
+    providers: int
+    tools: int
+    pending_cleanups: int
+    services: tuple[ServiceStatistics, ...]
+    """Every module service started so far, in start order, with its state."""
+
+
 class ModuleCoordinator:
     """Where modules meet: mount points, capabilities, contribution channels and cleanup.
 
@@ -42,6 +56,9 @@ class ModuleCoordinator:
 
     cleanup_timeout: float = 10.0
     """Seconds each cleanup function may take before it is abandoned."""
+
+    service_stop_timeout: float = 5.0
+    """Seconds stopping one module service may wait for its task to end."""
 
     def __init__(
         self,
@@ -74,6 +91,7 @@ class ModuleCoordinator:
         self._turn_injection_tokens = 0
         self._pending_cancel: dict[str, Any] | None = None
         self._accepted: CancellationToken | None = None
+        self._services: ServiceGroup | None = None
 
     # -- identity and config -------------------------------------------------------------
 
@@ -221,6 +239,50 @@ class ModuleCoordinator:
         if scope.cancelled_caught:
             logger.warning("cleanup %r gave up after %ss", fn, self.cleanup_timeout)
         return None
+
+    # -- module services -----------------------------------------------------------------
+
+    async def start_service(self, fn: ServiceFunction, *, name: str) -> Any:
+        """Run ``fn(task_status=...)`` in the session's task group until the session ends.
+
+        Returns what ``fn`` passes to ``task_status.started()``; an exception ``fn``
+        raises before that is raised here. The service is stopped (its cancel scope
+        cancelled, bounded) at cleanup, in reverse order with the modules' cleanups.
+        Raises :class:`SessionError` when the session was not opened with ``async with``
+        (only then does it own a task group) or is closed. While :func:`validate_plan`
+        mounts the plan (``validating``), nothing is started and None is returned.
+        """
+        group = self._services
+        if self.validating:  # validate_plan: a service would be work, and none may start
+            await anyio.lowlevel.checkpoint()
+            return None
+        if group is None or group.closed:
+            await anyio.lowlevel.checkpoint()
+            if group is None:
+                msg = (
+                    f"module service {name!r} needs the session's task group: "
+                    "open the session with `async with AmplifierSession(...)`"
+                )
+            else:
+                msg = f"module service {name!r} cannot start: the session is closing"
+            raise SessionError(msg)
+        value, service = await group.start(fn, name=name)
+        self.register_cleanup(partial(group.stop, service))
+        return value
+
+    def _bind_services(self, group: ServiceGroup | None) -> None:
+        """The session hands over (or withdraws) the task group services run in."""
+        self._services = group
+
+    def statistics(self) -> CoordinatorStatistics:
+        """Mounted providers and tools, cleanups still to run, and the module services."""
+        services = self._services.statistics() if self._services is not None else ()
+        return CoordinatorStatistics(
+            providers=len(self.mount_points["providers"]),
+            tools=len(self.mount_points["tools"]),
+            pending_cleanups=len(self._cleanup_fns),
+            services=services,
+        )
 
     # -- cancellation --------------------------------------------------------------------
 

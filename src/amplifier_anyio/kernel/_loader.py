@@ -24,7 +24,7 @@ import anyio
 
 from ..errors import ModuleLoadError, ModuleNotFoundError
 
-__all__ = ("ModuleLoader", "ENTRY_POINT_GROUP", "package_name")
+__all__ = ("ModuleLoader", "ENTRY_POINT_GROUP", "package_name", "on_session_ready_of")
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,16 @@ BoundMount = Callable[[Any], Awaitable[Any]]
 def package_name(module_id: str) -> str:
     """The package a module id maps to: ``tool-bash`` → ``amplifier_module_tool_bash``."""
     return "amplifier_module_" + module_id.replace("-", "_").replace(".", "_")
+
+
+def on_session_ready_of(mount: Callable[..., Any]) -> Callable[[Any], Any] | None:
+    """A module's optional ``on_session_ready(coordinator)``: the mount function's
+    ``__on_session_ready__``, else ``on_session_ready`` in the module defining ``mount``."""
+    ready = getattr(mount, "__on_session_ready__", None)
+    if ready is None:
+        module = sys.modules.get(getattr(mount, "__module__", None) or "")
+        ready = getattr(module, "on_session_ready", None)
+    return ready if callable(ready) else None
 
 
 class ModuleLoader:
@@ -66,6 +76,8 @@ class ModuleLoader:
             result = mount(target, bound_config)
             return await result if inspect.isawaitable(result) else result
 
+        # As upstream: the module's optional on_session_ready travels with its mount.
+        mount_with_config.__on_session_ready__ = on_session_ready_of(mount)  # type: ignore[attr-defined]
         return mount_with_config
 
     async def find(

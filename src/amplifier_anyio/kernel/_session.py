@@ -14,12 +14,28 @@ still cleans up.
 The life cycle follows httpx's client: UNOPENED → OPENED → CLOSED (:class:`SessionState`).
 Modules are mounted once, under a lock, by ``async with`` or the first ``run()``; one
 turn runs at a time; a closed session refuses every use with :class:`SessionError`
-rather than silently mounting everything again.
+rather than silently mounting everything again. Once every module is mounted, each
+module's optional ``on_session_ready(coordinator)`` runs (a failure is logged and emitted
+as ``module:on_session_ready_failed``, and the session goes on).
+
+``async with`` also owns a task group for the session's lifetime, where module services
+run (:meth:`ModuleCoordinator.start_service`). ``__aenter__`` enters the group and
+``__aexit__`` leaves it — a class with both methods, as anyio's own task group and
+portal are, not a generator, so nothing ever yields from inside the group. The host's
+block runs inside the group's scope; services never cancel it (a service's failure is
+logged, see :mod:`._services`), the session stops them at cleanup, and the group is then
+left with no exception passed in, so a host's error leaves the block as it entered it
+(never wrapped in an exception group); only the host's cancellation is handed to the
+group as it is, so that the scope it belongs to catches it. ``__aenter__`` and
+``__aexit__`` must run in the same task (as for any cancel scope). A session used
+without ``async with`` has no task group: a module that starts a service then fails to
+mount with a :class:`SessionError` saying so.
 """
 
 from __future__ import annotations
 
 import enum
+import inspect
 import logging
 import uuid
 from datetime import UTC, datetime
@@ -28,6 +44,7 @@ from typing import Any, Literal
 
 import anyio
 import attrs
+from anyio.abc import TaskGroup
 
 from ..errors import (
     ConfigError,
@@ -35,10 +52,12 @@ from ..errors import (
     ModuleNotFoundError,
     SessionError,
     describe,
+    unwrap_group,
 )
 from ..events import (
     CANCEL_COMPLETED,
     MODULE_LOAD_FAILED,
+    MODULE_ON_SESSION_READY_FAILED,
     SESSION_END,
     SESSION_FORK,
     SESSION_RESUME,
@@ -50,6 +69,7 @@ from ._coordinator import ModuleCoordinator
 from ._event_stream import TurnEventStream
 from ._loader import ModuleLoader
 from ._mount_plan import ModuleSpec, MountPlan
+from ._services import ServiceGroup
 from ._turns import TurnResult, TurnStatus
 from ._validation import schema_problems
 
@@ -128,6 +148,9 @@ class AmplifierSession:
         self._init_lock = anyio.Lock()
         self._started = False
         self._turn: CancellationToken | None = None
+        self._task_group: TaskGroup | None = None
+        self._services: ServiceGroup | None = None
+        self._ready_hooks: list[tuple[str, Any]] = []
 
     @property
     def state(self) -> SessionState:
@@ -150,11 +173,44 @@ class AmplifierSession:
             msg = f"a session can be entered once (this one is {self._state.value})"
             raise SessionError(msg)
         self._entered = True
-        await self.initialize()
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._task_group = group
+        self._services = ServiceGroup(group, stop_timeout=self.coordinator.service_stop_timeout)
+        self.coordinator._bind_services(self._services)
+        try:
+            await self.initialize()
+        except BaseException as exc:
+            # initialize() has undone its mounts (stopping their services): leave the group.
+            await self._leave_task_group((type(exc), exc, exc.__traceback__))
+            raise
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.cleanup()
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        try:
+            await self.cleanup()
+        finally:
+            suppress = await self._leave_task_group(exc_info)
+        return suppress
+
+    async def _leave_task_group(self, exc_info: tuple[Any, Any, Any]) -> bool | None:
+        """Leave the services' task group once every service was stopped (or given up on).
+
+        Only the host's cancellation is passed in (the scope it belongs to must see it);
+        anything else stays the host's, never wrapped in a group.
+        """
+        group, self._task_group = self._task_group, None
+        if self._services is not None:
+            self._services.closed = True
+        if group is None:
+            return None
+        try:
+            if isinstance(exc_info[1], anyio.get_cancelled_exc_class()):
+                return await group.__aexit__(*exc_info)
+            await group.__aexit__(None, None, None)
+        except BaseExceptionGroup as eg:  # a service's KeyboardInterrupt / SystemExit
+            raise unwrap_group(eg) from None
+        return None
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -188,6 +244,7 @@ class AmplifierSession:
             ):
                 for spec in specs:
                     await self._mount_entry(kind, spec)
+            await self._session_ready()
         except BaseException:
             await self._undo_mounts()
             raise
@@ -208,6 +265,7 @@ class AmplifierSession:
 
     async def _undo_mounts(self) -> None:
         """Clean up what a failed start mounted; the start's own error stays the one raised."""
+        self._ready_hooks.clear()
         try:
             with anyio.CancelScope(shield=True):
                 await self.coordinator.cleanup()
@@ -226,6 +284,9 @@ class AmplifierSession:
             # Whatever the module raised, the caller learns which plan entry failed.
             raise ModuleLoadError(spec.module, describe(exc), kind=kind) from exc
         self.coordinator.register_cleanup(cleanup)
+        ready = getattr(mount, "__on_session_ready__", None)
+        if callable(ready):
+            self._ready_hooks.append((spec.module, ready))
         if kind == "provider" and spec.instance_id:
             self._rename_provider(before, spec)
 
@@ -241,6 +302,25 @@ class AmplifierSession:
             return
         for name in added:
             providers[f"{spec.instance_id}-{name}"] = providers.pop(name)
+
+    async def _session_ready(self) -> None:
+        """Call each mounted module's ``on_session_ready(coordinator)``, in mount order.
+
+        A failure is logged and emitted as ``module:on_session_ready_failed``; the session
+        goes on. Cancellation propagates.
+        """
+        hooks, self._ready_hooks = self._ready_hooks, []
+        for module_id, ready in hooks:
+            try:
+                result = ready(self.coordinator)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                logger.exception("on_session_ready of module %r failed", module_id)
+                await self.coordinator.hooks.emit(
+                    MODULE_ON_SESSION_READY_FAILED,
+                    {"module_id": module_id, "error": f"{type(exc).__name__}: {exc}"},
+                )
 
     async def _mount_required(self, kind: str, spec: ModuleSpec) -> None:
         await self._mount(kind, spec)
@@ -430,6 +510,8 @@ class AmplifierSession:
             await self.coordinator.cleanup()
         finally:
             self._state = SessionState.CLOSED
+            if self._services is not None:
+                self._services.closed = True
             self.loader.cleanup()
 
 

@@ -1,0 +1,109 @@
+"""hooks-logging's redaction: by key name, by value pattern, by plan literal, recursively."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from amplifier_anyio.hooks.logging import REDACTED, Redactor
+from amplifier_anyio.models import ToolResult
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "api_key",
+        "apiKey",
+        "X-Api-Key",
+        "OPENAI_API_KEY",
+        "Authorization",
+        "token",
+        "refresh_token",
+        "password",
+        "client_secret",
+        "aws_secret_access_key",
+        "credentials",
+        "Cookie",
+        "private_key",
+    ],
+)
+def test_values_under_secret_keys_are_redacted(key: str) -> None:
+    assert Redactor().clean({key: "hunter2-value"}) == {key: REDACTED}
+
+
+@pytest.mark.parametrize("key", ["max_tokens", "input_tokens", "author", "keyword", "path"])
+def test_ordinary_keys_are_kept(key: str) -> None:
+    assert Redactor().clean({key: "plain"}) == {key: "plain"}
+
+
+def test_numbers_under_secret_looking_keys_stay_readable() -> None:
+    assert Redactor().clean({"token_count": 12, "token": None}) == {
+        "token_count": 12,
+        "token": None,
+    }
+
+
+def test_a_secret_key_hides_a_whole_structure() -> None:
+    assert Redactor().clean({"credentials": {"user": "u", "pass": "p"}}) == {
+        "credentials": REDACTED
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("key sk-abcdefghijklmnop1234 end", "sk-abcdefghijklmnop1234"),
+        ("sk-ant-api03-abcdefghijkl", "sk-ant-api03-abcdefghijkl"),
+        ("Authorization: Bearer eyJhbGciOi.J9.x-y_z", "eyJhbGciOi.J9.x-y_z"),
+        ("id AKIAIOSFODNN7EXAMPLE here", "AKIAIOSFODNN7EXAMPLE"),
+        (
+            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        ),
+        ("ghp_" + "a" * 36, "ghp_" + "a" * 36),
+        ("xoxb-1234567890-abcdef", "xoxb-1234567890-abcdef"),
+        ("AIza" + "B" * 35, "AIza" + "B" * 35),
+    ],
+)
+def test_key_shaped_values_are_redacted_anywhere(text: str, secret: str) -> None:
+    cleaned = Redactor().clean({"data": {"list": [text, {"deep": (text,)}]}})
+    dumped = json.dumps(cleaned)
+    assert secret not in dumped
+    assert REDACTED in dumped
+
+
+def test_words_that_merely_contain_sk_are_kept() -> None:
+    assert Redactor().text("a task-force of disk-backed runs") == "a task-force of disk-backed runs"
+
+
+def test_plan_literals_and_extra_patterns() -> None:
+    redactor = Redactor(literals=["plan-secret-1", "short"], patterns=[r"corp-\d{6}"])
+    assert redactor.text("a plan-secret-1 b corp-123456 c short") == (
+        f"a {REDACTED} b {REDACTED} c short"  # literals under 8 characters are not secrets
+    )
+
+
+def test_models_exceptions_and_odd_values_become_json() -> None:
+    value: dict[str, Any] = {
+        "result": ToolResult(success=False, error={"message": "bad sk-abcdefghijkl1"}),
+        "error": ValueError("Bearer abc.def"),
+        "blob": b"\x00\x01",
+        "nan": float("nan"),
+        "set": {1},
+    }
+    cleaned = Redactor().clean(value)
+    json.dumps(cleaned)  # JSON-ready
+    assert "sk-abcdefghijkl1" not in json.dumps(cleaned)
+    assert cleaned["error"] == {"type": "ValueError", "message": REDACTED}
+    assert cleaned["blob"] == "<2 bytes>"
+    assert cleaned["nan"] == "nan"
+    assert cleaned["set"] == [1]
+
+
+def test_cycles_end_instead_of_recursing_forever() -> None:
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    cleaned = Redactor().clean(loop)
+    assert "nested too deep" in json.dumps(cleaned)
