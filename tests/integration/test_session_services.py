@@ -18,7 +18,7 @@ import anyio
 import pytest
 from anyio.abc import TaskStatus
 
-from amplifier_anyio import AmplifierSession, SessionError
+from amplifier_anyio import AmplifierSession, ModuleLoadError, SessionError
 from amplifier_anyio.kernel import ServiceState
 from amplifier_anyio.testing import EventRecorder
 
@@ -163,9 +163,10 @@ async def test_a_service_failing_before_started_fails_the_start(
         await coordinator.start_service(broken, name="broken")
 
     session = AmplifierSession(plan(service("first", log), mount))
-    with pytest.raises(OSError, match="cannot open the log file"):
+    with pytest.raises(ModuleLoadError, match="OSError: cannot open the log file") as caught:
         async with session:
             pytest.fail("the session must not start")
+    assert isinstance(caught.value.__cause__, OSError)  # what the service raised
     # What the failed start had mounted was undone: the first service stopped.
     assert log[-2:] == ["first cleanup", "first stopped"]
     assert session.state.value == "unopened"

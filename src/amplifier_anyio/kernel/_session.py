@@ -280,6 +280,8 @@ class AmplifierSession:
         before = dict(self.coordinator.get("providers")) if kind == "provider" else {}
         try:
             cleanup = await mount(self.coordinator)
+        except SessionError:
+            raise  # the session used the wrong way (a service without `async with`): the host's
         except Exception as exc:
             # Whatever the module raised, the caller learns which plan entry failed.
             raise ModuleLoadError(spec.module, describe(exc), kind=kind) from exc
