@@ -402,7 +402,7 @@ class ReferenceOrchestrator:
         if isinstance(done, BaseException):
             yield self._failed(run, _S.INITIALIZE, "initialize failed", done)
             return
-        yield self._event(run, _S.INITIALIZE, {"workers": sorted(self.workers)})
+        yield self._event(run, _S.INITIALIZE, {"workers": sorted(self._targets(run))})
 
         planned = await self._guard(run, self._plan, run) if not self._stopping(run) else _CANCELLED
         if isinstance(planned, _Cancelled):
@@ -464,7 +464,11 @@ class ReferenceOrchestrator:
         if isinstance(output, BaseException):
             yield self._failed(run, _S.AGGREGATE, "aggregation failed", output)
             return
-        yield self._event(run, _S.AGGREGATE, {"results": output, "count": len(run.results)})
+        yield self._event(
+            run,
+            _S.AGGREGATE,
+            {"results": dict(run.results), "output": output, "count": len(run.results)},
+        )
         if self._stopping(run):
             yield self._cancelled(run)
             return
