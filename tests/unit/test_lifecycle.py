@@ -290,11 +290,11 @@ def test_the_context_is_deeply_read_only_and_hashable() -> None:
     context = ctx(metadata={"a": [1, {"b": 2}], "s": {3}})
 
     with pytest.raises(TypeError):
-        context.metadata["a"] = 1  # type: ignore[index]
+        context.metadata["a"] = 1
     with pytest.raises(TypeError):
         context.metadata["a"][1]["b"] = 3
     with pytest.raises(TypeError):
-        context.metadata.update(x=1)  # type: ignore[attr-defined]
+        context.metadata.update(x=1)
     with pytest.raises(AttributeError):
         context.metadata["a"].append(3)
     with pytest.raises(AttributeError):
