@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
+from amplifier_anyio.errors import ConfigError
 from amplifier_anyio.events import (
     EXECUTION_END,
     LIFECYCLE_EVENTS,
@@ -21,6 +22,7 @@ from amplifier_anyio.events import (
 )
 from amplifier_anyio.kernel import AmplifierSession, TurnResult, TurnStatus
 from amplifier_anyio.models import ToolResult
+from amplifier_anyio.orchestrators import LoopLifecycleOrchestrator
 from amplifier_anyio.orchestrators.loop_lifecycle import AGGREGATE_INSTRUCTIONS
 from amplifier_anyio.providers.scripted import ScriptedProvider
 from amplifier_anyio.testing import EventRecorder
@@ -273,3 +275,57 @@ async def test_retry_runs_another_call_pair_for_the_failed_step() -> None:
     roles = [m["role"] for m in harness.messages]
     assert roles == ["user", "assistant", "tool", "assistant", "tool"]
     assert_every_call_answered(harness.messages)
+
+
+async def test_turn_timeout_mid_wave_ends_cancelled_through_the_orchestration() -> None:
+    harness = Harness([text(json.dumps(PLAN)), text("never asked")], turn_timeout=0.5)
+    harness.tools["fetch_a"].delay = 0.0
+    harness.tools["fetch_b"].delay = 3600.0
+
+    with anyio.fail_after(30):
+        result = await harness.run()
+
+    assert result.status is TurnStatus.CANCELLED
+    assert harness.stages()[-3:] == ["execute", "execute", "cancelled"]
+    cancelled = harness.recorder.get_events("lifecycle:cancelled")[0][1]["data"]
+    assert "timeout" in cancelled["reason"]
+    assert_every_call_answered(harness.messages)
+    assert_one_terminal(harness.recorder, "cancelled")
+
+
+async def test_a_host_cancel_mid_wave_still_reports_the_wave_and_cancelled() -> None:
+    harness = Harness([text(json.dumps(PLAN)), text("never asked")])
+    harness.tools["fetch_a"].delay = 0.0
+    harness.tools["fetch_b"].delay = 3600.0
+
+    async with AmplifierSession(harness.plan) as session:
+        await harness.open(session)
+        with anyio.CancelScope() as host:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(session.run, "go")
+                await harness.tools["fetch_b"].started.wait()
+                await anyio.sleep(0.05)
+                host.cancel()
+        harness.messages = await session.coordinator.get("context").get_messages()
+
+    assert host.cancelled_caught
+    assert harness.stages() == [
+        "initialize", "plan", "route", "route", "execute", "execute", "cancelled",
+    ]  # fmt: skip
+    executed = [d["data"]["status"] for n, d in harness.recorder.events if n == "lifecycle:execute"]
+    assert executed == ["succeeded", "cancelled"]
+    assert_every_call_answered(harness.messages)
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        ({"error_strategy": "sometimes"}, "error_strategy"),
+        ({"jitter": 2}, "jitter"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"tool_timeout": -1}, "tool_timeout"),
+    ],
+)
+def test_a_bad_setting_is_a_config_error_naming_it(config: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        LoopLifecycleOrchestrator(config)
