@@ -14,6 +14,7 @@ Hierarchy::
     ├── InjectionTooLargeError (+ ValueError)  a hook injection over the size limit
     ├── ApprovalTimeoutError .............. an approval system gave no answer in time
     ├── SessionError (+ RuntimeError) ..... a session used in the wrong state
+    ├── OrchestrationError ................ a lifecycle orchestration failed (stage, context, cause)
     └── LLMError .......................... a provider call failed
         ├── RateLimitError
         │   └── QuotaExceededError
@@ -44,7 +45,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .lifecycle import ExecutionContext, LifecycleStage
 
 __all__ = (
     "AmplifierError",
@@ -58,6 +62,7 @@ __all__ = (
     "InjectionTooLargeError",
     "ApprovalTimeoutError",
     "SessionError",
+    "OrchestrationError",
     "LLMError",
     "RateLimitError",
     "QuotaExceededError",
@@ -164,6 +169,46 @@ class ContextWriteError(AmplifierError):
 
 class SessionError(AmplifierError, RuntimeError):
     """A session was used in a state that does not allow the call."""
+
+
+class OrchestrationError(AmplifierError):
+    """A lifecycle orchestration failed (:mod:`amplifier_anyio.lifecycle`).
+
+    ``stage`` is where it failed, ``context`` the execution context at that moment,
+    ``cause`` the original exception (also the ``__cause__`` when raised), ``recoverable``
+    whether a retry or a fallback may succeed, ``metadata`` more detail (the step, the
+    attempts, the fallback's own error). ``str()`` names the stage and the trace id.
+    """
+
+    def __init__(
+        self,
+        stage: LifecycleStage,
+        message: str,
+        *,
+        context: ExecutionContext,
+        cause: BaseException | None = None,
+        recoverable: bool = False,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.message = message
+        self.context = context
+        self.cause = cause
+        self.recoverable = recoverable
+        self.metadata: dict[str, Any] = dict(metadata or {})
+
+    def __str__(self) -> str:
+        text = f"{self.stage} failed: {self.message} (trace_id={self.context.trace_id})"
+        if self.cause is not None:
+            text += f", caused by {type(self.cause).__name__}: {self.cause}"
+        return text
+
+    def __repr__(self) -> str:
+        return (
+            f"OrchestrationError(stage={str(self.stage)!r}, message={self.message!r}, "
+            f"trace_id={self.context.trace_id!r}, recoverable={self.recoverable!r})"
+        )
 
 
 class LLMError(AmplifierError):

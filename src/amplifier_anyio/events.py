@@ -2,8 +2,9 @@
 Canonical event names.
 
 Every name of upstream Amplifier's ``ALL_EVENTS`` (same strings, same order), followed by
-the events amplifier_anyio adds: ``session:config`` (upstream emits it but does not list it)
-and the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``. Names follow
+the events amplifier_anyio adds: ``session:config`` (upstream emits it but does not list it),
+the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``, and loop-lifecycle's
+stage events ``lifecycle:<stage>`` (:data:`LIFECYCLE_EVENTS`). Names follow
 ``namespace:action[:detail]`` in lower case; each constant is the upper snake case of its
 string.
 
@@ -65,6 +66,15 @@ __all__ = (
     "SESSION_CONFIG",
     "TOOL_SELECTING",
     "TOOL_SELECTED",
+    "LIFECYCLE_INITIALIZE",
+    "LIFECYCLE_PLAN",
+    "LIFECYCLE_ROUTE",
+    "LIFECYCLE_EXECUTE",
+    "LIFECYCLE_AGGREGATE",
+    "LIFECYCLE_COMPLETE",
+    "LIFECYCLE_FAILED",
+    "LIFECYCLE_CANCELLED",
+    "LIFECYCLE_EVENTS",
     "ALL_EVENTS",
     "EMITTED_EVENTS",
     "RESERVED_EVENTS",
@@ -116,6 +126,26 @@ MODULE_LOAD_FAILED: Final = "module:load_failed"
 SESSION_CONFIG: Final = "session:config"
 TOOL_SELECTING: Final = "tool:selecting"
 TOOL_SELECTED: Final = "tool:selected"
+LIFECYCLE_INITIALIZE: Final = "lifecycle:initialize"
+LIFECYCLE_PLAN: Final = "lifecycle:plan"
+LIFECYCLE_ROUTE: Final = "lifecycle:route"
+LIFECYCLE_EXECUTE: Final = "lifecycle:execute"
+LIFECYCLE_AGGREGATE: Final = "lifecycle:aggregate"
+LIFECYCLE_COMPLETE: Final = "lifecycle:complete"
+LIFECYCLE_FAILED: Final = "lifecycle:failed"
+LIFECYCLE_CANCELLED: Final = "lifecycle:cancelled"
+
+LIFECYCLE_EVENTS: Final[tuple[str, ...]] = (
+    LIFECYCLE_INITIALIZE,
+    LIFECYCLE_PLAN,
+    LIFECYCLE_ROUTE,
+    LIFECYCLE_EXECUTE,
+    LIFECYCLE_AGGREGATE,
+    LIFECYCLE_COMPLETE,
+    LIFECYCLE_FAILED,
+    LIFECYCLE_CANCELLED,
+)
+"""loop-lifecycle's stage events (``{stage, data, trace_id}``), in stage order."""
 
 ALL_EVENTS: Final[tuple[str, ...]] = (
     SESSION_START,
@@ -164,6 +194,7 @@ ALL_EVENTS: Final[tuple[str, ...]] = (
     SESSION_CONFIG,
     TOOL_SELECTING,
     TOOL_SELECTED,
+    *LIFECYCLE_EVENTS,
 )
 """Every canonical event name, upstream's first, in upstream's order."""
 

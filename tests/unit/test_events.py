@@ -58,7 +58,24 @@ UPSTREAM_EVENTS = (
 )
 
 # Emitted by amplifier_anyio but not listed upstream.
-OUR_EVENTS = ("session:config", "tool:selecting", "tool:selected")
+OUR_EVENTS = (
+    "session:config",
+    "tool:selecting",
+    "tool:selected",
+    *(
+        f"lifecycle:{stage}"
+        for stage in (
+            "initialize",
+            "plan",
+            "route",
+            "execute",
+            "aggregate",
+            "complete",
+            "failed",
+            "cancelled",
+        )
+    ),
+)
 
 NAME = re.compile(r"[a-z][a-z_]*(:[a-z][a-z_]*){1,2}")
 
@@ -103,7 +120,7 @@ def test_constant_name_is_upper_snake_of_its_value() -> None:
 
 
 def test_every_constant_is_exported() -> None:
-    collections = {"ALL_EVENTS", "EMITTED_EVENTS", "RESERVED_EVENTS"}
+    collections = {"ALL_EVENTS", "EMITTED_EVENTS", "RESERVED_EVENTS", "LIFECYCLE_EVENTS"}
     assert set(_constants()) | collections == set(events.__all__)
 
 

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from .loop_basic import LoopBasicConfig, LoopBasicOrchestrator
+from .loop_lifecycle import LoopLifecycleConfig, LoopLifecycleOrchestrator
 from .loop_streaming import LoopStreamingOrchestrator
 
-__all__ = ("LoopBasicOrchestrator", "LoopStreamingOrchestrator", "LoopBasicConfig")
+__all__ = (
+    "LoopBasicOrchestrator",
+    "LoopStreamingOrchestrator",
+    "LoopBasicConfig",
+    "LoopLifecycleOrchestrator",
+    "LoopLifecycleConfig",
+)

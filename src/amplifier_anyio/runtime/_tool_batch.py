@@ -100,6 +100,9 @@ class ToolBatch:
     deferred_messages: list[dict[str, Any]] = attrs.field(factory=list)
     problems: list[str] = attrs.field(factory=list)
     """Context writes that failed or gave up (each also logged at error level)."""
+    succeeded: list[bool | None] = attrs.field(init=False)
+    """Per call index: whether its result is a success (False for an error result, a
+    denial, an unknown tool, bad arguments, a timeout; None while it has no result)."""
     _slots: list[str | None] = attrs.field(init=False)
     _trace_id: str | None = attrs.field(init=False, factory=current_trace_id)
     _token: CancellationToken = attrs.field(init=False)
@@ -108,6 +111,7 @@ class ToolBatch:
 
     def __attrs_post_init__(self) -> None:
         self._slots = [None] * len(self.calls)
+        self.succeeded = [None] * len(self.calls)
         if self.coordinator is None:
             # A batch run on its own gets a coordinator of its own, so hook results take
             # the one path (approval fails closed: it has no approval system).
@@ -119,6 +123,10 @@ class ToolBatch:
     def finished(self) -> int:
         """How many calls have a result so far."""
         return sum(slot is not None for slot in self._slots)
+
+    def contents(self) -> list[str | None]:
+        """Per call index: the content of its tool message so far (None: no result yet)."""
+        return list(self._slots)
 
     async def run(self, context: ContextManager, assistant_message: dict[str, Any]) -> None:
         """Add ``assistant_message``, run every call, then add one tool message per call.
@@ -265,6 +273,7 @@ class ToolBatch:
                 pre = await self._emit(TOOL_PRE, payload, call.name)
                 if pre.action == "deny":
                     self._slots[index] = f"Denied by hook: {pre.reason or 'no reason given'}"
+                    self.succeeded[index] = False
                     return
                 if pre.data is not None:  # applied whatever the action: see HookRegistry.emit
                     tool_input, problem = _decode_arguments(
@@ -279,6 +288,7 @@ class ToolBatch:
             else:
                 result = await self._invoke(index, call, tool, tool_input)
             self._slots[index] = _content_of(result)
+            self.succeeded[index] = result.success
             replaced = await self._post(index, call, tool_input, result)
             if replaced is not None:
                 self._slots[index] = replaced
@@ -323,6 +333,7 @@ class ToolBatch:
     async def _error(self, index: int, call: ToolCall, kind: str, message: str) -> ToolResult:
         result = ToolResult(success=False, error={"message": message, "type": kind})
         self._slots[index] = _content_of(result)
+        self.succeeded[index] = False
         if self.hooks.has_handlers(TOOL_ERROR):
             data = self._payload(index, call, None)
             del data["tool_input"]

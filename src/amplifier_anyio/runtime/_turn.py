@@ -22,6 +22,7 @@ import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -147,7 +148,7 @@ class Turn:
         deadline = anyio.current_time() + (self.config.turn_timeout or math.inf)
         with trace_scope(self.trace_id):
             try:
-                with anyio.CancelScope(deadline=deadline) as scope, self.token.bind_scope(scope):
+                with anyio.CancelScope(deadline=deadline) as scope, self._bind_scope(scope):
                     await self.hooks.emit(EXECUTION_START, {"prompt": self.prompt})
                     await self._loop()
             except Exception as exc:  # noqa: BLE001 - any failure ends the turn with status error
@@ -162,6 +163,12 @@ class Turn:
                     self.status = TurnStatus.CANCELLED
             await self._finish()
         return self.result()
+
+    def _bind_scope(self, scope: anyio.CancelScope) -> AbstractContextManager[Any]:
+        """Let an immediate cancel of the turn's token cancel the turn's scope (an
+        orchestrator that carries immediate cancels itself, as loop-lifecycle does while
+        its orchestration runs, binds something of its own)."""
+        return self.token.bind_scope(scope)
 
     # -- the loop --------------------------------------------------------------------------
 
