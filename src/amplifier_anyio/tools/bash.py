@@ -44,7 +44,7 @@ from ..models import ToolResult, structure
 from ..models._validators import number
 from ._bash_safety import PROFILES, check_command
 
-__all__ = ("BashConfig", "BashTool", "DEFAULT_ENV", "mount")
+__all__ = ("BashConfig", "BashTool", "DEFAULT_ENV", "group_alive", "make_tool", "mount")
 
 logger = logging.getLogger(__name__)
 
