@@ -210,8 +210,6 @@ RESERVED_EVENTS: Final[frozenset[str]] = frozenset(
         CONTEXT_COMPACTION,
         CONTEXT_INCLUDE,
         USER_NOTIFICATION,
-        ARTIFACT_WRITE,
-        ARTIFACT_READ,
         POLICY_VIOLATION,
         APPROVAL_REQUIRED,
         APPROVAL_GRANTED,
