@@ -871,9 +871,7 @@ async def test_a_failing_cleanup_does_not_replace_the_start_error(
         orchestrator=probe(orchestrator, module="probe-orchestrator"),
         context=probe(broken_context, module="probe-context"),
     )
-    with pytest.raises(
-        ModuleLoadError, match="^context 'probe-context': .*is a directory"
-    ) as caught:
+    with pytest.raises(ModuleLoadError, match="^context 'probe-context': .*is a directory") as caught:
         async with AmplifierSession(plan):
             pass
     assert isinstance(caught.value.__cause__, ConfigError)
