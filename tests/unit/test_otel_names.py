@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 from amplifier_anyio.hooks.otel import ATTRIBUTES, METRICS, OPERATIONS
@@ -67,3 +69,20 @@ def test_the_metric_names_and_enumerated_values_match() -> None:
         assert gen_ai.GenAiProviderNameValues.OPENAI.value == "openai"  # as providers report it
     # gen_ai.tool.type has no enum in the package; the conventions list "function".
     assert OPERATIONS["function"] == "function"
+
+
+def test_without_the_extra_the_import_error_says_what_to_install() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None\n"
+        "try:\n"
+        "    import amplifier_anyio.hooks.otel\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print(exc.name, '|', exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == (
+        "opentelemetry | hooks-otel needs opentelemetry-api: pip install 'amplifier-anyio[otel]'"
+    )

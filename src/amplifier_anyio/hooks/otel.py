@@ -53,9 +53,14 @@ from urllib.parse import urlsplit
 
 import anyio
 import attrs
-from opentelemetry import context as otel_context
-from opentelemetry import metrics, trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics, trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+except ModuleNotFoundError as exc:  # pragma: no cover - only without the extra
+    msg = "hooks-otel needs opentelemetry-api: pip install 'amplifier-anyio[otel]'"
+    raise ModuleNotFoundError(msg, name=exc.name) from exc
 
 from ..config_schema import ConfigSchema
 from ..errors import ConfigError, ValidationError
