@@ -278,7 +278,11 @@ async def test_an_llm_error_is_reported_with_its_retry_details() -> None:
     assert data["provider"] == "scripted"
     assert data["error"] == {"type": "RateLimitError", "msg": str(error)}
     assert (data["retryable"], data["status_code"]) == (True, 429)
-    assert harness.payload(EXECUTION_END)["status"] == "error"
+    end = harness.payload(EXECUTION_END)
+    assert (end["status"], end["error"]) == (
+        "error",
+        {"type": "RateLimitError", "msg": str(error)},
+    )
     assert_terminal_events_last(harness, "error")
 
 
@@ -618,6 +622,7 @@ async def test_graceful_cancel_lets_the_batch_finish_then_stops() -> None:
     ]
     assert harness.names().index("cancel:requested") < harness.names().index(ORCHESTRATOR_COMPLETE)
     assert harness.payload(EXECUTION_END)["status"] == "cancelled"
+    assert "error" not in harness.payload(EXECUTION_END)
     assert_terminal_events_last(harness, "cancelled")
 
 
