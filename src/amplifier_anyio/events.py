@@ -204,8 +204,6 @@ RESERVED_EVENTS: Final[frozenset[str]] = frozenset(
         PLAN_END,
         PROVIDER_THROTTLE,
         PROVIDER_RESOLVE,
-        LLM_REQUEST,
-        LLM_RESPONSE,
         THINKING_FINAL,
         CONTEXT_COMPACTION,
         CONTEXT_INCLUDE,

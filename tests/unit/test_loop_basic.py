@@ -12,6 +12,8 @@ from amplifier_anyio.errors import ConfigError, RateLimitError
 from amplifier_anyio.events import (
     EXECUTION_END,
     EXECUTION_START,
+    LLM_REQUEST,
+    LLM_RESPONSE,
     ORCHESTRATOR_COMPLETE,
     PROMPT_COMPLETE,
     PROMPT_SUBMIT,
@@ -276,7 +278,11 @@ async def test_an_llm_error_is_reported_with_its_retry_details() -> None:
     assert data["provider"] == "scripted"
     assert data["error"] == {"type": "RateLimitError", "msg": str(error)}
     assert (data["retryable"], data["status_code"]) == (True, 429)
-    assert harness.payload(EXECUTION_END)["status"] == "error"
+    end = harness.payload(EXECUTION_END)
+    assert (end["status"], end["error"]) == (
+        "error",
+        {"type": "RateLimitError", "msg": str(error)},
+    )
     assert_terminal_events_last(harness, "error")
 
 
@@ -462,16 +468,27 @@ async def test_a_turn_emits_the_documented_events_and_payloads() -> None:
         EXECUTION_START,
         PROMPT_SUBMIT,
         PROVIDER_REQUEST,
+        LLM_REQUEST,
+        LLM_RESPONSE,
         PROVIDER_RESPONSE,
         TOOL_PRE,
         TOOL_POST,
         PROVIDER_REQUEST,
+        LLM_REQUEST,
+        LLM_RESPONSE,
         PROVIDER_RESPONSE,
         PROMPT_COMPLETE,
         ORCHESTRATOR_COMPLETE,
         EXECUTION_END,
     ]
-    events = harness.recorder.events
+    # llm:request / llm:response carry the whole request and response; checked, then
+    # set aside so the indexes below are the upstream events'.
+    llm = [d for name, d in harness.recorder.events if name in (LLM_REQUEST, LLM_RESPONSE)]
+    assert llm[0]["request"]["messages"] == [{"role": "user", "content": "go"}]
+    assert (llm[0]["provider"], llm[0]["message_count"]) == ("scripted", 1)
+    assert llm[1]["response"]["tool_calls"] == [{"id": "a", "name": "t", "arguments": {"x": 1}}]
+    assert llm[3]["response"]["content"] == [{"type": "text", "text": "All done."}]
+    events = [e for e in harness.recorder.events if e[0] not in (LLM_REQUEST, LLM_RESPONSE)]
     assert {d["trace_id"] for _, d in events} == {result.trace_id}
     assert result.trace_id
 
@@ -480,11 +497,17 @@ async def test_a_turn_emits_the_documented_events_and_payloads() -> None:
 
     assert fields(0, "prompt") == {"prompt": "go"}
     assert fields(1, "prompt") == {"prompt": "go"}
-    assert fields(2, "provider", "iteration") == {"provider": "scripted", "iteration": 0}
-    assert fields(3, "provider", "usage", "tool_calls") == {
+    assert fields(2, "provider", "iteration", "stream") == {
+        "provider": "scripted",
+        "iteration": 0,
+        "stream": False,
+    }
+    assert fields(3, "provider", "usage", "tool_calls", "finish_reason", "response_id") == {
         "provider": "scripted",
         "usage": {"input_tokens": 5, "output_tokens": 1, "total_tokens": 6},
         "tool_calls": 1,
+        "finish_reason": None,
+        "response_id": None,
     }
     pre = fields(4, "tool_name", "tool_call_id", "tool_input", "index")
     assert pre == {"tool_name": "t", "tool_call_id": "a", "tool_input": {"x": 1}, "index": 0}
@@ -599,6 +622,7 @@ async def test_graceful_cancel_lets_the_batch_finish_then_stops() -> None:
     ]
     assert harness.names().index("cancel:requested") < harness.names().index(ORCHESTRATOR_COMPLETE)
     assert harness.payload(EXECUTION_END)["status"] == "cancelled"
+    assert "error" not in harness.payload(EXECUTION_END)
     assert_terminal_events_last(harness, "cancelled")
 
 

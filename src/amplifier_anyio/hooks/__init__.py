@@ -4,6 +4,9 @@
   redacted, written by a module service off the event loop.
 - :mod:`amplifier_anyio.hooks.approval` (``hooks-approval``): rule-based approval of tool
   calls and the approval systems that answer it (console, callback); fail closed.
+- :mod:`amplifier_anyio.hooks.otel` (``hooks-otel``, extra ``[otel]``): OpenTelemetry spans
+  and metrics for turns, provider calls and tool calls, per the GenAI semantic conventions.
+  Its names are imported from that module, since it needs the optional ``opentelemetry-api``.
 """
 
 from __future__ import annotations

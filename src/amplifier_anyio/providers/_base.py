@@ -175,6 +175,7 @@ class HTTPProvider:
     def __init__(self, settings: ProviderSettings, http: HTTPClient) -> None:
         self._name = settings.name
         self.model = settings.model
+        self.base_url = settings.base_url
         self.priority = settings.priority
         self.context_window = settings.context_window
         self.http = http

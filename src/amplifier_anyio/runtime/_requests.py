@@ -26,6 +26,8 @@ __all__ = (
     "tool_calls_of",
     "assistant_message",
     "error_payload",
+    "llm_request_payload",
+    "llm_response_payload",
     "answer_orphaned_calls",
     "LOST_RESULT",
 )
@@ -156,6 +158,28 @@ def error_payload(provider: str, exc: BaseException) -> dict[str, Any]:
         payload["retryable"] = exc.retryable
         payload["status_code"] = exc.status_code
     return payload
+
+
+def llm_request_payload(provider: str, request: ChatRequest) -> dict[str, Any]:
+    """The ``llm:request`` payload: the request as sent (plain dicts), emitted only when
+    a hook listens, since unstructuring the whole history costs a pass over it."""
+    return {
+        "provider": provider,
+        "model": request.model,
+        "message_count": len(request.messages),
+        "request": unstructure(request),
+    }
+
+
+def llm_response_payload(provider: str, response: ChatResponse) -> dict[str, Any]:
+    """The ``llm:response`` payload: the response as received (plain dicts)."""
+    return {
+        "provider": provider,
+        "model": (response.metadata or {}).get("model"),
+        "usage": unstructure(response.usage) if response.usage else None,
+        "finish_reason": response.finish_reason,
+        "response": unstructure(response),
+    }
 
 
 LOST_RESULT = "Error: the result of this call was not recorded (the context could not be written)"

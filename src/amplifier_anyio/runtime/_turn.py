@@ -32,6 +32,8 @@ from ..events import (
     CANCEL_COMPLETED,
     EXECUTION_END,
     EXECUTION_START,
+    LLM_REQUEST,
+    LLM_RESPONSE,
     ORCHESTRATOR_COMPLETE,
     PROMPT_COMPLETE,
     PROMPT_SUBMIT,
@@ -51,6 +53,8 @@ from ._requests import (
     assistant_message,
     build_request,
     error_payload,
+    llm_request_payload,
+    llm_response_payload,
     pending_injection,
     select_provider,
     tool_calls_of,
@@ -223,7 +227,12 @@ class Turn:
         self, provider: Provider, *, with_tools: bool, reminder: bool = False
     ) -> ChatResponse | None:
         """One provider call with its events; None when a hook denied it."""
-        payload: dict[str, Any] = {"provider": self.provider_name, "iteration": self.iterations}
+        stream = self.streaming and getattr(provider, "stream", None) is not None
+        payload: dict[str, Any] = {
+            "provider": self.provider_name,
+            "iteration": self.iterations,
+            "stream": stream,
+        }
         if reminder:
             payload["max_reached"] = True
         requested = await self.hook(PROVIDER_REQUEST, payload)
@@ -234,6 +243,8 @@ class Turn:
         request = await self._request(provider, with_tools=with_tools, reminder=reminder)
         kwargs = {"extended_thinking": True} if self.config.extended_thinking else {}
         self.iterations += 1
+        if self.hooks.has_handlers(LLM_REQUEST):  # the whole request: only for a listener
+            await self.hooks.emit(LLM_REQUEST, llm_request_payload(self.provider_name, request))
         try:
             response = await self._complete(provider, request, kwargs)
         except Exception as exc:
@@ -242,12 +253,18 @@ class Turn:
         if response.usage is not None:
             self.usage = self.usage + response.usage
         self.finish_reason = response.finish_reason
+        if self.hooks.has_handlers(LLM_RESPONSE):
+            await self.hooks.emit(LLM_RESPONSE, llm_response_payload(self.provider_name, response))
+        meta = response.metadata or {}
         await self.hooks.emit(
             PROVIDER_RESPONSE,
             {
                 "provider": self.provider_name,
                 "usage": unstructure(response.usage) if response.usage else None,
                 "tool_calls": len(response.tool_calls or ()),
+                "finish_reason": response.finish_reason,
+                "response_id": meta.get("response_id"),
+                "model": meta.get("model"),
             },
         )
         return response
@@ -337,9 +354,10 @@ class Turn:
                     "status": str(self.status),
                 },
             )
-            await self._terminal(
-                EXECUTION_END, {"response": self.text, "status": _EXECUTION_STATUS[self.status]}
-            )
+            end: dict[str, Any] = {"response": self.text, "status": _EXECUTION_STATUS[self.status]}
+            if self.status is TurnStatus.ERROR and self.error is not None:
+                end["error"] = {"type": type(self.error).__name__, "msg": str(self.error)}
+            await self._terminal(EXECUTION_END, end)
 
     async def _terminal(self, event: str, data: dict[str, Any]) -> None:
         await self._bounded(event, self.hooks.emit(event, data))
