@@ -10,6 +10,7 @@ never of speed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -835,3 +836,43 @@ def test_the_schema_lists_the_keys() -> None:
         "capture_content",
         "nope",
     ]
+
+
+async def test_a_loop_lifecycle_turn_plans_inside_a_plan_span_and_runs_its_tools_below_the_turn(
+    s: float,
+) -> None:
+    """The real loop-lifecycle orchestrator, not replayed events: its planning call sits in
+    the ``plan`` span, its three tool calls and its aggregating call under the turn."""
+    from amplifier_anyio.orchestrators import LoopLifecycleOrchestrator  # noqa: PLC0415
+
+    plan = [
+        {"id": "a", "tool": "fetch_a", "input": {"q": "x"}},
+        {"id": "b", "tool": "fetch_b", "input": {"q": "y"}},
+        {"id": "c", "tool": "combine", "depends_on": ["a", "b"]},
+    ]
+    provider = ScriptedProvider(
+        [
+            ChatResponse(content=[TextBlock(text=json.dumps(plan))]),
+            ChatResponse(content=[TextBlock(text="combined")]),
+        ]
+    )
+    tools = {
+        "fetch_a": MockTool("fetch_a", "A", delay=1 * s),
+        "fetch_b": MockTool("fetch_b", "B", delay=1 * s),
+        "combine": MockTool("combine", "AB"),
+    }
+    traced = Traced(LoopLifecycleOrchestrator())
+
+    result = await traced.run(provider, tools)
+
+    assert result.status == "success", result.error
+    assert result.text == "combined"
+    turn, plan_span = traced.one("invoke_agent"), traced.one("plan")
+    assert parent_id(plan_span) == span_id(turn)
+    planning, aggregating = sorted(traced.spans("chat"), key=lambda sp: sp.start_time or 0)
+    assert parent_id(planning) == span_id(plan_span)
+    assert parent_id(aggregating) == span_id(turn)
+    tool_spans = traced.spans("execute_tool")
+    assert sorted(attrs_of(sp)["gen_ai.tool.name"] for sp in tool_spans) == sorted(tools)
+    assert {parent_id(sp) for sp in tool_spans} == {span_id(turn)}
+    traced.assert_all_closed()
