@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from .loop_basic import LoopBasicConfig, LoopBasicOrchestrator
+from .loop_events import LoopEventsConfig, LoopEventsOrchestrator
 from .loop_streaming import LoopStreamingOrchestrator
 
-__all__ = ("LoopBasicOrchestrator", "LoopStreamingOrchestrator", "LoopBasicConfig")
+__all__ = (
+    "LoopBasicOrchestrator",
+    "LoopStreamingOrchestrator",
+    "LoopEventsOrchestrator",
+    "LoopBasicConfig",
+    "LoopEventsConfig",
+)
