@@ -9,10 +9,10 @@ stage events ``lifecycle:<stage>`` (:data:`LIFECYCLE_EVENTS`). Names follow
 string.
 
 Not every name is emitted by something here. :data:`EMITTED_EVENTS` are the ones a
-built-in module emits; :data:`RESERVED_EVENTS` are kept so that an upstream module's hook
-on them registers (and so the names stay taken), but nothing built in emits them yet —
-``tool:selecting`` / ``tool:selected`` are reserved for the loop-events orchestrator. A
-test keeps both sets honest against the source.
+built-in module emits (``tool:selecting`` / ``tool:selected``: the loop-events
+orchestrator's scheduler stage); :data:`RESERVED_EVENTS` are kept so that an upstream
+module's hook on them registers (and so the names stay taken), but nothing built in emits
+them yet. A test keeps both sets honest against the source.
 """
 
 from __future__ import annotations
@@ -213,11 +213,9 @@ RESERVED_EVENTS: Final[frozenset[str]] = frozenset(
         APPROVAL_GRANTED,
         APPROVAL_DENIED,
         SESSION_CONFIG,
-        TOOL_SELECTING,
-        TOOL_SELECTED,
     }
 )
-"""Canonical names nothing built in emits yet (upstream's, and loop-events' scheduler stage)."""
+"""Canonical names nothing built in emits yet (upstream's)."""
 
 EMITTED_EVENTS: Final[tuple[str, ...]] = tuple(e for e in ALL_EVENTS if e not in RESERVED_EVENTS)
 """The events built-in modules emit, in :data:`ALL_EVENTS` order."""

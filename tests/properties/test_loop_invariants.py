@@ -1,4 +1,5 @@
-"""The five invariants of loop-basic (DESIGN §6) as Hypothesis properties.
+"""The five invariants (DESIGN §6) as Hypothesis properties, for loop-basic, loop-streaming
+and loop-events.
 
 Each example draws a provider script (0..3 tool rounds of 1..20 calls, then an answer or a
 provider error), per-call behaviour (delay, success, exception, error result, hanging past
@@ -27,7 +28,18 @@ have a test for each other point with each kind that applies to it):
   (mostly the results write, sometimes the assistant message before the calls); a turn
   with a faulty write is followed by a second turn on the same context, whose request
   must answer every call that lost its result with ``LOST_RESULT``;
-* ``iteration_limit`` — during the last batch ``max_iterations`` allows.
+* ``iteration_limit`` — during the last batch ``max_iterations`` allows;
+* ``selecting`` (loop-events only) — while a scheduler is slow on one call (a drawn time,
+  or hanging past the drawn ``scheduler_timeout``).
+
+loop-streaming runs get a provider that streams each reply (``content_block:*`` events
+with a checkpoint between them). loop-events runs get three schedulers on
+``tool:selecting`` (one registered later but running first) that answer each call as the
+call's drawn votes say: continue, deny, a modify that reroutes the call to the probe with
+an argument of its own (drawn priorities, so ties happen), a modify naming a tool that is
+not mounted, a hang (cut by ``scheduler_timeout``), an exception, or garbage. The expected
+result of every call is computed by the test's own reduction of the votes
+(:func:`selection`), and a call the scheduler stage answered must never reach the tool.
 
 The session's points (``init``, ``session_start``) and a quarter of the other examples run
 through ``AmplifierSession`` over a mount plan of the test's own modules (loop-basic, the
@@ -70,6 +82,9 @@ import errno
 import heapq
 import json
 import math
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -92,6 +107,7 @@ from amplifier_anyio.events import (
     PROVIDER_TOOL_SEQUENCE_REPAIRED,
     SESSION_START,
     TOOL_PRE,
+    TOOL_SELECTING,
 )
 from amplifier_anyio.kernel import ModuleLoader, current_tool_call
 from amplifier_anyio.models import (
@@ -102,7 +118,14 @@ from amplifier_anyio.models import (
     ToolCall,
     ToolResult,
 )
-from amplifier_anyio.orchestrators import LoopBasicOrchestrator, loop_basic
+from amplifier_anyio.orchestrators import (
+    LoopBasicOrchestrator,
+    LoopEventsOrchestrator,
+    LoopStreamingOrchestrator,
+    loop_basic,
+    loop_events,
+    loop_streaming,
+)
 from amplifier_anyio.providers.scripted import ScriptedProvider
 from amplifier_anyio.runtime import LOOP_LIMIT_REMINDER, LOST_RESULT
 from amplifier_anyio.testing import EventRecorder, MockContextManager, MockCoordinator
@@ -151,7 +174,7 @@ POINTS = (
     "results_write",
     "iteration_limit",
 )
-"""The cancel points besides ``anywhere``."""
+"""The cancel points besides ``anywhere`` (and loop-events' ``selecting``)."""
 BEFORE_TURN = frozenset({"init", "session_start"})
 """Points before the turn's deadline starts: ``turn_timeout`` cannot reach them."""
 AIMED = [
@@ -169,10 +192,29 @@ EXECUTION_STATUS = {
     "cancelled": "cancelled",
 }
 CUT_BY = {
-    "immediate": frozenset({"session_start", "execution_start"}),
-    "host": frozenset({"init", "session_start", "execution_start"}),
+    "immediate": frozenset({"session_start", "execution_start", "selecting"}),
+    "host": frozenset({"init", "session_start", "execution_start", "selecting"}),
 }
 """The slow parts each cancel interrupts when it comes while they are under way."""
+NEVER_CUT_BY_GRACEFUL = ("init", "session_start", "execution_start")
+"""The slow parts nothing but an interrupting cancel can cut short (a scheduler also has
+its ``scheduler_timeout``)."""
+
+ORCHESTRATORS: dict[str, tuple[type[LoopBasicOrchestrator], Any]] = {
+    "loop-basic": (LoopBasicOrchestrator, loop_basic.mount),
+    "loop-streaming": (LoopStreamingOrchestrator, loop_streaming.mount),
+    "loop-events": (LoopEventsOrchestrator, loop_events.mount),
+}
+"""Every orchestrator the properties run: class and module mount."""
+SCHEDULERS = 3
+"""loop-events runs get three schedulers; each call says how each of them answers."""
+SCHEDULER_RUN_ORDER = (1, 0, 2)
+"""The order they run in (scheduler 1 registers later, at a lower hook priority): not the
+order they registered in, which breaks a tie between modifies of equal priority."""
+VOTES = ("deny", "modify", "modify", "bad", "hang", "raise", "garbage")
+"""What a scheduler may answer besides continue: a veto, a reroute to the probe with an
+argument of its own, a reroute to a tool that is not mounted, a hang (cut by
+``scheduler_timeout``), an exception, something that is not a HookResult."""
 LATE = 2_000_000
 """Hook priority after the EventRecorder's: it records an event before a slow hook runs."""
 
@@ -190,6 +232,7 @@ class Call:
     delay: int  # units; a second assignment is drawn for invariant 5
     other_delay: int
     denied: bool
+    votes: tuple[tuple[str, int], ...] = ()  # loop-events: each scheduler's (answer, priority)
 
     @property
     def arguments(self) -> dict[str, Any]:
@@ -230,6 +273,9 @@ class Scenario:
     deadline: int | None = None  # units: the terminal point's own turn_timeout
     fault: Fault | None = None
     write_timeout: int | None = None  # units; None: the default (5 s)
+    orchestrator: str = "loop-basic"
+    scheduler_timeout: int = 8  # units (loop-events)
+    slow_call: str | None = None  # loop-events, point selecting: the call a scheduler stalls
 
     def timeout_s(self, unit: float) -> float | None:
         """The tool timeout in seconds: on the real clock, far above every delay."""
@@ -248,6 +294,13 @@ class Scenario:
         # that covers a hanging write stays far above the quick writes it also covers.
         hangs = self.fault is not None and self.fault.kind == "slow" and self.fault.delay == HANG
         return bound_s(self.write_timeout, hangs, unit, near=TIMEOUT_FLOOR[unit])
+
+    def scheduler_timeout_s(self, unit: float) -> float:
+        """Virtual time: half a unit off every instant. Real clock: tiny when a scheduler
+        hangs (it must be cut, and is ignored then), else far above every quick answer."""
+        hangs = any(v == "hang" for c in self.calls.values() for v, _ in c.votes)
+        hangs = hangs or (self.slow_call is not None and self.hold == HANG)
+        return bound_s(self.scheduler_timeout, hangs, unit, near=TIMEOUT_FLOOR[unit]) or 1.0
 
     @property
     def calls(self) -> dict[str, Call]:
@@ -274,23 +327,43 @@ def holds() -> st.SearchStrategy[int]:
 
 
 @st.composite
+def votes(draw: st.DrawFn, *, hang: bool) -> tuple[tuple[str, int], ...]:
+    """How each scheduler answers one call: mostly all continue (``hang``: may one hang)."""
+    if draw(st.booleans()):
+        return (("continue", 0),) * SCHEDULERS
+    kinds = ("continue",) * 4 + (VOTES if hang else tuple(v for v in VOTES if v != "hang"))
+    return tuple(
+        (draw(st.sampled_from(kinds)), draw(st.integers(min_value=0, max_value=2)))
+        for _ in range(SCHEDULERS)
+    )
+
+
+@st.composite
 def scenarios(
-    draw: st.DrawFn, cancel: str = "none", point: str = "anywhere", *, real_clock: bool = False
+    draw: st.DrawFn,
+    cancel: str = "none",
+    point: str = "anywhere",
+    *,
+    real_clock: bool = False,
+    orchestrator: str = "loop-basic",
 ) -> Scenario:
     """A turn to run; the cancel point may fall anywhere, also after the turn ended.
 
     On the real clock a hanging call costs its whole timeout (TIMEOUT_FLOOR) and every
     short wait about a millisecond: rounds are smaller, a tool timeout is rarer and at
-    most one call hangs, so that an example takes tens of milliseconds.
+    most one call hangs (or, under loop-events, has a hanging scheduler), so that an
+    example takes tens of milliseconds. loop-basic's draws are the same as before the
+    other orchestrators joined (so are its derandomised examples).
     """
+    events = orchestrator == "loop-events"
     timeout = st.integers(min_value=12, max_value=30)
     if real_clock:
         tool_timeout = draw(timeout) if draw(st.integers(0, 7)) == 0 else None
     else:
         tool_timeout = draw(st.none() | timeout)
     modes = MODES if tool_timeout is not None else MODES[:-1]  # a hang needs a timeout
-    # A write fault and the iteration limit need a batch.
-    min_rounds = 1 if point in ("results_write", "iteration_limit") else 0
+    # A write fault, the iteration limit and a slow scheduler need a batch.
+    min_rounds = 1 if point in ("results_write", "iteration_limit", "selecting") else 0
     n_rounds = draw(st.integers(min_value=min_rounds, max_value=3))
     rounds = []
     hangs = 0
@@ -303,16 +376,19 @@ def scenarios(
             if mode == "hang" and real_clock and hangs:
                 mode = "ok"
             hangs += mode == "hang"
-            calls.append(
-                Call(
-                    id=f"call_{r}_{i}",
-                    name=draw(st.sampled_from(("probe",) * 12 + ("missing",))),
-                    mode=mode,
-                    delay=delay,
-                    other_delay=draw(st.integers(min_value=0, max_value=10)),
-                    denied=draw(st.integers(min_value=0, max_value=9)) == 0,
-                )
+            call = Call(
+                id=f"call_{r}_{i}",
+                name=draw(st.sampled_from(("probe",) * 12 + ("missing",))),
+                mode=mode,
+                delay=delay,
+                other_delay=draw(st.integers(min_value=0, max_value=10)),
+                denied=draw(st.integers(min_value=0, max_value=9)) == 0,
             )
+            if events:
+                call_votes = draw(votes(hang=not (real_clock and hangs)))
+                hangs += any(v == "hang" for v, _ in call_votes)
+                call = attrs.evolve(call, votes=call_votes)
+            calls.append(call)
         rounds.append(tuple(calls))
     latencies = tuple(draw(st.lists(st.integers(0, 5), min_size=1, max_size=6)))
     parallel = draw(st.booleans() | st.just(True))
@@ -324,6 +400,7 @@ def scenarios(
         start=latencies[0],
         slots=max_parallel or 20 if parallel else 1,
         timeout=tool_timeout,
+        events=events,
     )
     finish_instants = st.sampled_from(ends or [0])
     on_instant = draw(st.integers(min_value=0, max_value=3)) > 0
@@ -338,6 +415,8 @@ def scenarios(
         cancel=cancel,
         cancel_at=draw(finish_instants if on_instant else st.integers(min_value=0, max_value=80)),
         escalate_after=draw(st.integers(min_value=0, max_value=20)),
+        orchestrator=orchestrator,
+        scheduler_timeout=draw(st.integers(min_value=1, max_value=12)) if events else 8,
     )
     if point == "anywhere":
         via_session = draw(st.integers(0, 3)) == 0
@@ -358,6 +437,14 @@ def at_point(draw: st.DrawFn, scenario: Scenario, point: str) -> Scenario:
         hold = draw(st.integers(min_value=1 if point == "init" else 0, max_value=10))
         changes["hold"] = hold
         changes["cancel_at"] = draw(st.integers(min_value=0, max_value=hold + 1))
+    elif point == "selecting":
+        # A scheduler is slow on one call (or hangs: cut by scheduler_timeout).
+        batch = draw(st.sampled_from(scenario.rounds))
+        changes["slow_call"] = draw(st.sampled_from(batch)).id
+        hold = draw(holds())
+        changes["hold"] = hold
+        lasts = scenario.scheduler_timeout if hold == HANG else hold
+        changes["cancel_at"] = draw(st.integers(min_value=0, max_value=lasts + 1))
     elif point == "terminal":
         target = draw(st.sampled_from(TERMINAL_EVENTS))
         terminal = []
@@ -401,14 +488,17 @@ def at_point(draw: st.DrawFn, scenario: Scenario, point: str) -> Scenario:
 
 
 def first_round_ends(
-    calls: tuple[Call, ...], *, start: int, slots: int, timeout: int | None
+    calls: tuple[Call, ...], *, start: int, slots: int, timeout: int | None, events: bool = False
 ) -> list[float]:
-    """When each call of a round ends (in units), calls taking limiter slots in call order."""
+    """When each call of a round ends (in units), calls taking limiter slots in call order.
+
+    (Under loop-events roughly: the time its schedulers take is left out.)"""
     free = [float(start)] * slots  # a heap of the instants each slot is free again
     ends = set()
     for call in calls:
         took: float = call.delay
-        if call.denied or call.name == "missing":
+        chosen = selection(call, events=events)
+        if call.denied or chosen.name != "probe" or chosen.refusal is not None:
             took = 0
         elif call.mode == "hang":
             took = (timeout or 0) + 0.5
@@ -416,6 +506,34 @@ def first_round_ends(
         heapq.heappush(free, end)
         ends.add(end)
     return sorted(ends)
+
+
+@attrs.frozen
+class Selection:
+    """What loop-events' scheduler stage makes of a call (the model's choice elsewhere)."""
+
+    name: str
+    arguments: dict[str, Any]
+    refusal: str | None = None  # the call's result when the stage answered it
+
+
+def selection(call: Call, *, events: bool = True) -> Selection:
+    """The seed's reduction of the call's votes, computed independently of the code: any
+    deny vetoes (the reason of the first to run); else the highest-priority modify wins,
+    ties to the earliest registered; hangs, exceptions and garbage count for nothing."""
+    if not events or not call.votes:
+        return Selection(call.name, call.arguments)
+    for k in SCHEDULER_RUN_ORDER:
+        if call.votes[k][0] == "deny":
+            return Selection(call.name, call.arguments, f"Error: vetoed by sched-{k}")
+    modifies = [(p, -k) for k, (v, p) in enumerate(call.votes) if v in ("modify", "bad")]
+    if not modifies:
+        return Selection(call.name, call.arguments)
+    k = -max(modifies)[1]
+    if call.votes[k][0] == "bad":
+        refusal = f"Error: scheduler sched-{k} chose tool 'absent', which is not mounted"
+        return Selection(call.name, call.arguments, refusal)
+    return Selection("probe", {**call.arguments, "by": k})
 
 
 def script_of(scenario: Scenario) -> list[ChatResponse | BaseException]:
@@ -565,6 +683,56 @@ class FaultyContext(MockContextManager):
         await super().add_messages(messages)
 
 
+class StreamingProvider(ScriptedProvider):
+    """The scripted provider, streamed: loop-streaming relays each reply's text blocks as
+    ``content_block:*`` events (a checkpoint between them) before the response."""
+
+    @asynccontextmanager
+    async def stream(self, request: ChatRequest, **kwargs: Any) -> AsyncIterator[Any]:
+        response = await self.complete(request, **kwargs)
+        yield self._events(response)
+
+    async def _events(self, response: ChatResponse) -> AsyncIterator[dict[str, Any]]:
+        for index, block in enumerate(response.content):
+            yield {"type": "content_block:start", "index": index, "block": block}
+            await anyio.lowlevel.checkpoint()
+            yield {"type": "content_block:end", "index": index, "block": block}
+        yield {"type": "response", "response": response}
+
+
+def schedulers(scenario: Scenario, reach: Any) -> list[Any]:
+    """loop-events' three schedulers: each answers each call as the call's votes say."""
+    last_round = f"call_{scenario.max_iterations - 1}_"
+    calls = scenario.calls
+
+    def scheduler(k: int) -> Any:
+        async def answer(event: str, data: dict[str, Any]) -> Any:
+            call_id = data["tool_call_id"]
+            if scenario.point == "iteration_limit" and call_id.startswith(last_round):
+                reach()
+            await anyio.lowlevel.checkpoint()
+            vote, priority = calls[call_id].votes[k]
+            if vote == "deny":
+                return HookResult(action="deny", reason=f"vetoed by sched-{k}")
+            if vote == "modify":
+                arguments = {**data["tool_input"], "by": k}
+                choice = {"tool": "probe", "arguments": arguments}
+                return HookResult(action="modify", data=choice, priority=priority)
+            if vote == "bad":
+                return HookResult(action="modify", data={"tool": "absent"}, priority=priority)
+            if vote == "hang":
+                await anyio.sleep_forever()
+            if vote == "raise":
+                raise RuntimeError(f"sched-{k} failed")
+            if vote == "garbage":
+                return "deny"
+            return None
+
+        return answer
+
+    return [scheduler(k) for k in range(SCHEDULERS)]
+
+
 class ScenarioLoader(ModuleLoader):
     """Finds a plan's modules in a dict of ``mount`` functions.
 
@@ -689,8 +857,14 @@ async def run_once(
         timeline.setdefault("turn_start", anyio.current_time())
 
     stalls: dict[str, Stall] = {}
-    if point in ("init", "session_start", "execution_start"):
+    if point in ("init", "session_start", "execution_start", "selecting"):
         stalls[point] = Stall(scenario.hold, unit, reach)
+    events = scenario.orchestrator == "loop-events"
+
+    async def slow_scheduler(event: str, data: dict[str, Any]) -> None:
+        if data["tool_call_id"] == scenario.slow_call:
+            await stalls["selecting"]()
+
     context = FaultyContext(scenario.fault, unit, reach)
     if context.stall is not None:
         stalls["write"] = context.stall
@@ -708,9 +882,17 @@ async def run_once(
             hooks.register(EXECUTION_START, stalls[point].hook, priority=LATE, name="slow-exec")
         for name, _ in scenario.terminal_holds if main else ():
             hooks.register(name, stalls[name].hook, priority=LATE, name=f"slow-{name}")
+        if events:
+            for k, answer in enumerate(schedulers(scenario, reach)):
+                hooks.register(
+                    TOOL_SELECTING, answer, priority=-5 if k == 1 else 0, name=f"sched-{k}"
+                )
+            if point == "selecting":
+                hooks.register(TOOL_SELECTING, slow_scheduler, priority=LATE, name="slow-sched")
 
     probe = ProbeTool(delays, unit)
-    provider = ScriptedProvider(script_of(scenario), latency=[t * unit for t in scenario.latencies])
+    streamed = StreamingProvider if scenario.orchestrator == "loop-streaming" else ScriptedProvider
+    provider = streamed(script_of(scenario), latency=[t * unit for t in scenario.latencies])
     config: dict[str, Any] = {
         "max_iterations": scenario.max_iterations,
         "parallel_tools": scenario.parallel,
@@ -723,6 +905,9 @@ async def run_once(
     write_timeout = scenario.write_timeout_s(unit)
     if write_timeout is not None:
         config["write_timeout"] = write_timeout
+    if events:
+        config["scheduler_timeout"] = scenario.scheduler_timeout_s(unit)
+    orchestrator_class, orchestrator_mount = ORCHESTRATORS[scenario.orchestrator]
     at = scenario.cancel_at * unit
     if main and point == "terminal" and scenario.deadline is not None:
         config["turn_timeout"] = (scenario.deadline + 0.5) * unit  # the turn's own deadline
@@ -751,7 +936,7 @@ async def run_once(
 
         loader = ScenarioLoader(
             {
-                "loop-basic": loop_basic.mount,
+                scenario.orchestrator: orchestrator_mount,
                 "test-context": mount_context,
                 "test-provider": mount_provider,
                 "test-probe": mount_probe,
@@ -760,7 +945,7 @@ async def run_once(
         )
         plan: dict[str, Any] = {
             "session": {
-                "orchestrator": {"module": "loop-basic", "config": config},
+                "orchestrator": {"module": scenario.orchestrator, "config": config},
                 "context": "test-context",
             },
             "providers": [{"module": "test-provider"}],
@@ -775,7 +960,7 @@ async def run_once(
         coordinator = MockCoordinator()
         install(coordinator.hooks)
         hooks = coordinator.hooks
-    orchestrator = LoopBasicOrchestrator(config)
+    orchestrator = orchestrator_class(config)
     host = anyio.CancelScope()
     marks: list[Mark] = []
     accepted: list[bool] = []
@@ -864,7 +1049,7 @@ async def run_once(
         if main and scenario.fault is not None:
             # The follow-up is about the context the fault left, not about the deadline
             # aimed at the first turn: on the real clock a loaded machine may take longer.
-            untimed = LoopBasicOrchestrator({**config, "turn_timeout": None})
+            untimed = orchestrator_class({**config, "turn_timeout": None})
             follow_up = await run_follow_up(
                 session, untimed, context, follow, probe, coordinator, recorder
             )
@@ -983,17 +1168,24 @@ def is_cancelled_content(content: Any) -> bool:
     return isinstance(value, dict) and value.get("cancelled") is True
 
 
+def chosen(call: Call, run: Run) -> Selection:
+    return selection(call, events=run.scenario.orchestrator == "loop-events")
+
+
 def real_content(call: Call, run: Run) -> str:
     """The content a call that finished must have in the context."""
+    choice = chosen(call, run)
+    if choice.refusal is not None:
+        return choice.refusal
     if call.denied:
         return f"Denied by hook: no {call.id}"
-    if call.name == "missing":
+    if choice.name == "missing":
         return "Error: Tool 'missing' not found"
     if call.mode == "raise":
         return f"Error: {call.id} failed"
     if call.mode == "error":
         return f"Error: {call.id} refused"
-    return json.dumps({"call": call.id, "echo": call.arguments})
+    return json.dumps({"call": call.id, "echo": choice.arguments})
 
 
 def turn_events(run: Run) -> list[tuple[str, dict[str, Any]]]:
@@ -1101,17 +1293,23 @@ def check_results(run: Run, pairs: list[Any]) -> None:
                 "cancelled": True,
                 "tool": call.name,
             }
+        choice = chosen(call, run)
+        runs = choice.refusal is None and choice.name == "probe" and not call.denied
         if call.id in probe.finished:
             assert content == real_content(call, run), (call, content)
-            assert probe.inputs[call.id] == call.arguments
+            assert probe.inputs[call.id] == choice.arguments
         elif call.id in probe.interrupted and call.mode == "hang":
             assert content == timed_out or is_cancelled_content(content), (call, content)
             if not run.interrupting:
                 assert content == timed_out, (call, content)
-        elif call.id in probe.interrupted or (call.name == "probe" and not call.denied):
+        elif call.id in probe.interrupted or runs:
             assert is_cancelled_content(content), (call, content)
-        else:  # denied or unknown: no tool ran; answered at once unless cancelled first
+        else:  # vetoed, denied or unknown: no tool ran; answered at once unless cancelled first
             assert content == real_content(call, run) or is_cancelled_content(content)
+    for call in scenario.calls.values():
+        choice = chosen(call, run)
+        if choice.refusal is not None or call.denied or choice.name != "probe":
+            assert call.id not in probe.entered, call
     if cancelled_any:
         assert run.interrupting
         assert run.status in (None, "cancelled")
@@ -1208,7 +1406,7 @@ def check_stalls(run: Run) -> None:
         for name in mark.active & CUT_BY.get(mark.action, frozenset()):
             assert run.stalls[name].interrupted, (mark, name)
     if run.cancel in ("graceful", "graceful_nowait") and not run.deadline:
-        for name in CUT_BY["host"]:
+        for name in NEVER_CUT_BY_GRACEFUL:
             assert name not in run.stalls or not run.stalls[name].interrupted, name
     init = run.stalls.get("init")
     if init is not None and init.interrupted:
@@ -1219,6 +1417,13 @@ def check_stalls(run: Run) -> None:
         if stall is not None and stall.interrupted:
             assert run.status in (None, "cancelled")
             assert run.requests == 0
+    selecting = run.stalls.get("selecting")
+    if virtual and selecting is not None and selecting.entered and not run.interrupting:
+        # Nothing but its scheduler_timeout can cut a slow scheduler short: on virtual time
+        # exactly when it outlasts it.
+        timeout = run.scenario.scheduler_timeout_s(run.unit)
+        outlasted = selecting.seconds is None or selecting.seconds > timeout
+        assert bool(selecting.interrupted) == outlasted, (selecting.units, timeout)
     names = [name for name, _ in run.events]
     event_timeout = run.scenario.event_timeout_s(run.unit) or 5.0
     for name in TERMINAL_EVENTS:
@@ -1342,10 +1547,13 @@ def run_example(scenario: Scenario, backend: str) -> None:
 
 def describe(scenario: Scenario) -> None:
     event(f"point: {scenario.point}{' (session)' if scenario.via_session else ''}")
+    if scenario.orchestrator == "loop-events":
+        voted = {v for c in scenario.calls.values() for v, _ in c.votes} - {"continue"}
+        event(f"scheduler answers: {', '.join(sorted(voted)) or 'continue only'}")
     event(f"tool calls: {sum(len(batch) for batch in scenario.rounds)}")
 
 
-# In the ci profile (derandomised): 9 x 40 + 52 x 13 = 1036 examples per backend.
+# loop-basic, in the ci profile (derandomised): 9 x 40 + 52 x 13 = 1036 examples per backend.
 ANYWHERE_EXAMPLES = 40
 AIMED_EXAMPLES = 13
 
@@ -1391,6 +1599,81 @@ def test_cancel_points_on_virtual_time(point: str, cancel: str, data: st.DataObj
 @given(data=st.data())
 def test_cancel_points_on_the_real_clock(point: str, cancel: str, data: st.DataObject) -> None:
     scenario = data.draw(scenarios(cancel, point, real_clock=True), label="scenario")
+    describe(scenario)
+    run_example(scenario, "asyncio")
+
+
+# -- loop-streaming and loop-events ----------------------------------------------------------
+#
+# The same properties with the other orchestrators: loop-streaming (a streaming provider)
+# anywhere; loop-events (three schedulers that deny / modify / hang / raise / answer
+# garbage per call) anywhere and at every point, plus ``selecting`` (a scheduler stalls).
+# Fewer examples each, to keep the ci run short; INVARIANTS_SCALE multiplies them.
+
+# In the ci profile, per backend: loop-streaming 9 x 12 = 108 examples, loop-events
+# 9 x 12 + 61 x 4 = 352 (INVARIANTS_SCALE=3 takes loop-events past a thousand).
+SCALE = int(os.environ.get("INVARIANTS_SCALE", "1"))
+OTHER_ANYWHERE_EXAMPLES = 12 * SCALE
+EVENTS_AIMED_EXAMPLES = 4 * SCALE
+OTHER_ANYWHERE = [
+    pytest.param(orchestrator, cancel, id=f"{orchestrator}-{cancel}")
+    for orchestrator in ("loop-streaming", "loop-events")
+    for cancel in CANCEL_KINDS
+]
+EVENTS_AIMED = [
+    *AIMED,
+    *(pytest.param("selecting", cancel, id=f"selecting-{cancel}") for cancel in CANCEL_KINDS),
+]
+
+
+@pytest.mark.parametrize(("orchestrator", "cancel"), OTHER_ANYWHERE)
+@settings(max_examples=OTHER_ANYWHERE_EXAMPLES, deadline=None)
+@given(data=st.data())
+def test_other_loops_on_virtual_time(orchestrator: str, cancel: str, data: st.DataObject) -> None:
+    scenario = data.draw(scenarios(cancel, orchestrator=orchestrator), label="scenario")
+    describe(scenario)
+    run_example(scenario, "trio")
+
+
+@pytest.mark.parametrize(("orchestrator", "cancel"), OTHER_ANYWHERE)
+@settings(
+    max_examples=OTHER_ANYWHERE_EXAMPLES,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
+@given(data=st.data())
+def test_other_loops_on_the_real_clock(orchestrator: str, cancel: str, data: st.DataObject) -> None:
+    scenario = data.draw(
+        scenarios(cancel, real_clock=True, orchestrator=orchestrator), label="scenario"
+    )
+    describe(scenario)
+    run_example(scenario, "asyncio")
+
+
+@pytest.mark.parametrize(("point", "cancel"), EVENTS_AIMED)
+@settings(max_examples=EVENTS_AIMED_EXAMPLES, deadline=None)
+@given(data=st.data())
+def test_loop_events_cancel_points_on_virtual_time(
+    point: str, cancel: str, data: st.DataObject
+) -> None:
+    scenario = data.draw(scenarios(cancel, point, orchestrator="loop-events"), label="scenario")
+    describe(scenario)
+    run_example(scenario, "trio")
+
+
+@pytest.mark.parametrize(("point", "cancel"), EVENTS_AIMED)
+@settings(
+    max_examples=EVENTS_AIMED_EXAMPLES,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
+@given(data=st.data())
+def test_loop_events_cancel_points_on_the_real_clock(
+    point: str, cancel: str, data: st.DataObject
+) -> None:
+    scenario = data.draw(
+        scenarios(cancel, point, real_clock=True, orchestrator="loop-events"), label="scenario"
+    )
     describe(scenario)
     run_example(scenario, "asyncio")
 

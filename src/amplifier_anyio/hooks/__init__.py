@@ -7,8 +7,13 @@
 - :mod:`amplifier_anyio.hooks.otel` (``hooks-otel``, extra ``[otel]``): OpenTelemetry spans
   and metrics for turns, provider calls and tool calls, per the GenAI semantic conventions.
   Its names are imported from that module, since it needs the optional ``opentelemetry-api``.
+- :mod:`amplifier_anyio.hooks.schedulers` (``hooks-scheduler-cost``, ``hooks-scheduler-router``):
+  the two example schedulers of the loop-events orchestrator (a per-turn cost budget that
+  vetoes tools; a table that rewrites tool names and arguments).
 """
 
 from __future__ import annotations
 
-__all__ = ()
+from .schedulers import CostScheduler, CostSchedulerConfig, RouterScheduler, RouterSchedulerConfig
+
+__all__ = ("CostScheduler", "CostSchedulerConfig", "RouterScheduler", "RouterSchedulerConfig")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ._cancellation import CancellationState, CancellationStatistics, CancellationToken
 from ._coordinator import MOUNT_POINTS, CoordinatorStatistics, ModuleCoordinator
 from ._event_stream import Event, TurnEventStream
-from ._hooks import Handler, HookRegistry, HookRegistryStatistics
+from ._hooks import Handler, HookAnswer, HookRegistry, HookRegistryStatistics
 from ._loader import ENTRY_POINT_GROUP, ModuleLoader, package_name
 from ._mount_plan import ModuleSpec, MountPlan
 from ._services import ServiceFunction, ServiceState, ServiceStatistics
@@ -37,6 +37,7 @@ __all__ = (
     "package_name",
     "HookRegistry",
     "HookRegistryStatistics",
+    "HookAnswer",
     "Handler",
     "CancellationToken",
     "CancellationState",

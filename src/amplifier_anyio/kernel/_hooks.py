@@ -19,7 +19,7 @@ import time
 from bisect import insort
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, overload
 
 import anyio
 import attrs
@@ -28,7 +28,7 @@ from ..models import HookResult
 from ..models._results import _trusted_result as trusted_result
 from ._tracing import current_trace_id
 
-__all__ = ("HookRegistry", "Handler", "HookRegistryStatistics", "utc_timestamp")
+__all__ = ("HookRegistry", "Handler", "HookAnswer", "HookRegistryStatistics", "utc_timestamp")
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,19 @@ class HookRegistryStatistics:
 
     handlers: dict[str, int]
     emits: int
+
+
+@attrs.frozen(kw_only=True)
+class HookAnswer:
+    """One handler's answer, as ``emit_and_collect(..., answers=True)`` returns it.
+
+    ``registered`` orders handlers by registration (lower: registered earlier), whatever
+    the priority they run at; reducers break ties with it.
+    """
+
+    handler: str
+    registered: int
+    result: HookResult
 
 
 class HookRegistry:
@@ -147,23 +160,45 @@ class HookRegistry:
         current["timestamp"] = utc_timestamp()
         return current
 
+    @overload
     async def emit_and_collect(
-        self, event: str, data: dict[str, Any], timeout: float = 1.0
-    ) -> list[dict[str, Any]]:
+        self,
+        event: str,
+        data: dict[str, Any],
+        timeout: float = 1.0,
+        *,
+        answers: Literal[False] = False,
+    ) -> list[dict[str, Any]]: ...
+
+    @overload
+    async def emit_and_collect(
+        self, event: str, data: dict[str, Any], timeout: float = 1.0, *, answers: Literal[True]
+    ) -> list[HookAnswer]: ...
+
+    async def emit_and_collect(
+        self, event: str, data: dict[str, Any], timeout: float = 1.0, *, answers: bool = False
+    ) -> list[dict[str, Any]] | list[HookAnswer]:
         """Ask every handler of ``event`` and collect the ``data`` of their answers.
 
         Each handler gets its own ``timeout``; a handler that times out or raises is
         logged and skipped. Actions are not interpreted (a deny does not stop the others).
+        With ``answers=True`` the whole answers come back instead (every handler that
+        returned a HookResult, in the order they ran), for callers that reduce actions
+        themselves, as loop-events' scheduler stage does.
         """
-        collected: list[dict[str, Any]] = []
+        collected: list[HookAnswer] = []
         for entry in tuple(self._handlers.get(event, ())):
             with anyio.move_on_after(timeout) as scope:
                 result = await _call(entry, event, data)
             if scope.cancelled_caught:
                 logger.warning("hook %s timed out after %ss on %s", entry.name, timeout, event)
-            elif result is not None and result.data is not None:
-                collected.append(result.data)
-        return collected
+            elif result is not None:
+                collected.append(
+                    HookAnswer(handler=entry.name, registered=entry.seq, result=result)
+                )
+        if answers:
+            return collected
+        return [a.result.data for a in collected if a.result.data is not None]
 
 
 _second_text: tuple[int, str] = (-1, "")

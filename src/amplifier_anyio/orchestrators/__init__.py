@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .loop_basic import LoopBasicConfig, LoopBasicOrchestrator
+from .loop_events import LoopEventsConfig, LoopEventsOrchestrator
 from .loop_lifecycle import LoopLifecycleConfig, LoopLifecycleOrchestrator
 from .loop_streaming import LoopStreamingOrchestrator
 
@@ -12,4 +13,6 @@ __all__ = (
     "LoopBasicConfig",
     "LoopLifecycleOrchestrator",
     "LoopLifecycleConfig",
+    "LoopEventsOrchestrator",
+    "LoopEventsConfig",
 )

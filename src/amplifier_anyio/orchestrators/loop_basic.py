@@ -9,7 +9,7 @@ on every path.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import attrs
 
@@ -19,7 +19,7 @@ from ..kernel._coordinator import ModuleCoordinator
 from ..models import structure
 from ..models._validators import number
 from ..runtime._tool_batch import ToolBatchConfig
-from ..runtime._turn import Turn, TurnConfig
+from ..runtime._turn import ToolRunner, Turn, TurnConfig
 
 if TYPE_CHECKING:
     from ..interfaces import ContextManager, Provider, Tool
@@ -57,11 +57,13 @@ class LoopBasicConfig:
     reasoning_effort: str | None = None
     default_provider: str | None = None
 
+    module_id: ClassVar[str] = "loop-basic"
+
     @classmethod
-    def from_dict(cls, config: dict[str, Any] | None) -> LoopBasicConfig:
+    def from_dict(cls, config: dict[str, Any] | None) -> Self:
         """Parse a plan's orchestrator config; errors name the key. Unknown keys are
         dropped here: the session reports them (a warning, an error when strict) from
-        :data:`CONFIG_SCHEMA`."""
+        the module's ``CONFIG_SCHEMA``."""
         known = {a.name for a in attrs.fields(cls)}
         config = {k: v for k, v in (config or {}).items() if k in known}
         try:
@@ -101,6 +103,8 @@ class LoopBasicOrchestrator:
 
     name = "loop-basic"
     streaming = False
+    tool_runner: ToolRunner | None = None
+    """The tool policy handed to the engine; None: one structured batch per response."""
 
     def __init__(self, config: LoopBasicConfig | dict[str, Any] | None = None) -> None:
         if not isinstance(config, LoopBasicConfig):
@@ -164,6 +168,7 @@ class LoopBasicOrchestrator:
             batch=self._batch_config,
             orchestrator=self.name,
             streaming=self.streaming,
+            run_tools=self.tool_runner,
         )
         self.last_result = await turn.run()
         return self.last_result
