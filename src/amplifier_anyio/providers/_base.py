@@ -19,6 +19,7 @@ import anyio
 import attrs
 import httpx
 
+from ..errors import ConfigError
 from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall
 from ._http import HookEmitter, HTTPClient, RetryPolicy, error_from_payload
 from ._sse import SSEEvent
@@ -30,6 +31,7 @@ __all__ = (
     "ProviderSettings",
     "HTTPProvider",
     "decode_stream_object",
+    "header_value",
     "mount_provider",
 )
 
@@ -55,8 +57,13 @@ class ProviderSpec:
         return f"{self.env_prefix}_API_KEY"
 
     def api_key(self, cfg: Mapping[str, Any]) -> str:
-        """The key from config, else the environment, else empty."""
-        return str(cfg.get("api_key") or os.environ.get(self.api_key_env) or "")
+        """The key from config, else the environment, else empty; surrounding whitespace
+        (a trailing newline from a file) is stripped, and a key with whitespace or a
+        control character inside is refused with a :class:`ConfigError` that does not
+        repeat it."""
+        if cfg.get("api_key"):
+            return header_value(cfg["api_key"], "api_key")
+        return header_value(os.environ.get(self.api_key_env) or "", self.api_key_env)
 
     def base_url_of(self, cfg: Mapping[str, Any]) -> str:
         """The base URL from config, else the environment, else the default."""
@@ -100,6 +107,21 @@ class ProviderSpec:
             for item in items
             if isinstance(item, dict) and "id" in item
         ]
+
+
+def header_value(value: Any, key: str) -> str:
+    """``value`` stripped, as it may go into an HTTP header; one with whitespace, a control
+    character or a non-Latin-1 character inside is a :class:`ConfigError` naming ``key``
+    (never the value: it may be a credential)."""
+    text = str(value).strip()
+    for char in text:
+        if char.isspace() or ord(char) < 32 or ord(char) == 127 or ord(char) > 255:
+            msg = (
+                f"{key}: contains whitespace or a control character inside "
+                "(the value is not shown); it cannot be sent as an HTTP header"
+            )
+            raise ConfigError(msg)
+    return text
 
 
 def _first(cfg: Mapping[str, Any], keys: tuple[str, ...], default: Any) -> Any:

@@ -21,6 +21,7 @@ import logging
 import math
 import random
 import time
+import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final, Protocol
@@ -63,6 +64,7 @@ __all__ = (
     "decode_tool_arguments",
     "invalid_tool_call",
     "redact",
+    "leaks",
 )
 
 logger = logging.getLogger(__name__)
@@ -125,12 +127,65 @@ class RetryPolicy:
         return max(base, retry_after or 0.0)
 
 
+_PARTIAL: Final = 12  # a run this long of a secret's text is masked wherever it appears
+
+
+def _forms(secret: str) -> list[str]:
+    """Every spelling of ``secret`` an error message may carry: as is, JSON- or
+    repr-escaped, as escaped bytes, percent-encoded."""
+    forms = [
+        secret,
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        repr(secret)[1:-1],
+        repr(secret.encode("utf-8", "backslashreplace"))[2:-1],
+        urllib.parse.quote(secret, safe=""),
+        urllib.parse.quote_plus(secret),
+    ]
+    return [form for form in dict.fromkeys(forms) if form]
+
+
+def _mask_runs(text: str, form: str) -> str:
+    """``text`` with every run of at least ``_PARTIAL`` characters of ``form`` masked
+    (a secret printed in part, or cut by a length limit, is still a secret)."""
+    size = min(len(form), _PARTIAL)
+    covered = bytearray(len(text))
+    for start in range(len(form) - size + 1):
+        window = form[start : start + size]
+        at = text.find(window)
+        while at != -1:
+            covered[at : at + size] = b"\x01" * size
+            at = text.find(window, at + 1)
+    if not any(covered):
+        return text
+    pieces: list[str] = []
+    index = 0
+    while index < len(text):
+        if covered[index]:
+            while index < len(text) and covered[index]:
+                index += 1
+            pieces.append(_MASK)
+        else:
+            end = covered.find(1, index)
+            end = len(text) if end == -1 else end
+            pieces.append(text[index:end])
+            index = end
+    return "".join(pieces)
+
+
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret replaced by ``***``."""
+    """``text`` with every secret replaced by ``***``: in any escaped, quoted or
+    percent-encoded form, and any run of 12 or more of its characters (a key printed in
+    part)."""
     for secret in secrets:
-        if secret:
-            text = text.replace(secret, _MASK)
+        for form in _forms(secret) if secret else ():
+            text = _mask_runs(text, form)
     return text
+
+
+def leaks(text: str, secrets: Iterable[str]) -> bool:
+    """Whether ``text`` repeats a secret in any form :func:`redact` masks."""
+    return redact(text, secrets) != text
 
 
 def parse_retry_after(headers: Mapping[str, str], now: float) -> float | None:
@@ -190,6 +245,16 @@ _CONTEXT_HINTS: Final = (
 )
 _FILTER_HINTS: Final = ("content_filter", "content_policy", "content policy", "safety system")
 _QUOTA_HINTS: Final = ("insufficient_quota", "quota", "billing", "credit balance")
+_VALIDATION_HINTS: Final = (
+    "validation error",
+    "validationerror",
+    "invalid_request_error",
+    "field required",
+    "input should be",
+    "extra inputs are not permitted",
+    "unprocessable",
+)
+"""Words of a request the server could not read: a 5xx saying so will fail again."""
 
 
 def _classify(
@@ -215,6 +280,9 @@ def _classify(
         return ContextLengthError, False
     if any(hint in text for hint in _FILTER_HINTS):
         return ContentFilterError, False
+    if any(hint in text for hint in _VALIDATION_HINTS):
+        # llama.cpp-style servers answer 500 to a request body they cannot validate
+        return InvalidRequestError, False
     if kind in ("api_error", "server_error") or (
         status is not None and (status == 409 or status >= 500)
     ):
@@ -311,6 +379,15 @@ def invalid_tool_call(
 def _transport_error(
     exc: Exception, *, provider: str, model: str | None, secrets: Iterable[str]
 ) -> LLMError:
+    if isinstance(exc, httpx.LocalProtocolError):
+        # The request itself is not valid HTTP, almost always a header value with a
+        # newline or a control character: sending it again cannot help, and the
+        # library's message repeats the value, which may be a credential.
+        text = (
+            f"{provider}: the request could not be sent: a header value is not valid HTTP "
+            "(whitespace or a control character in an api key or a header?)"
+        )
+        return InvalidRequestError(text, provider=provider, model=model, retryable=False)
     detail = redact(str(exc) or type(exc).__name__, secrets)
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         cls: type[LLMError] = LLMTimeoutError
@@ -460,6 +537,7 @@ class HTTPClient:
         self, response: httpx.Response, model: str | None
     ) -> AsyncGenerator[SSEEvent, None]:
         decoder = SSEDecoder()
+        failure: LLMError | None = None
         try:
             async for line in response.aiter_lines():
                 event = decoder.feed(line)
@@ -469,13 +547,26 @@ class HTTPClient:
             if event is not None:
                 yield event
         except httpx.TimeoutException as exc:
-            raise _transport_error(
+            error = _transport_error(
                 exc, provider=self.provider, model=model, secrets=self._secrets
-            ) from exc
+            )
+            failure = self._chained(error, exc)
         except httpx.HTTPError as exc:
             detail = redact(str(exc) or type(exc).__name__, self._secrets)
             msg = f"the {self.provider} stream broke off: {detail}"
-            raise StreamError(msg, provider=self.provider, model=model, retryable=True) from exc
+            error = StreamError(msg, provider=self.provider, model=model, retryable=True)
+            failure = self._chained(error, exc)
+        if failure is not None:
+            raise failure
+
+    def _chained(self, error: LLMError, cause: Exception) -> LLMError:
+        """``error`` with ``cause`` as its ``__cause__`` — unless the cause's text repeats
+        a secret (or may: an invalid header). Then the error stands alone, and the caller
+        raises it outside its ``except`` block, so no traceback, log or walk of the chain
+        can reach the secret."""
+        if not (isinstance(cause, httpx.LocalProtocolError) or leaks(str(cause), self._secrets)):
+            error.__cause__ = cause
+        return error
 
     async def _send(self, call: _Call) -> httpx.Response:
         started = anyio.current_time()
@@ -500,6 +591,7 @@ class HTTPClient:
             params=call.params,
             timeout=deadline,
         )
+        failure: LLMError | None = None
         try:
             with anyio.fail_after(deadline):
                 response = await self._client.send(request, stream=True)
@@ -510,9 +602,12 @@ class HTTPClient:
                     await _close(response)
                     raise
         except (httpx.RequestError, TimeoutError) as exc:
-            raise _transport_error(
+            error = _transport_error(
                 exc, provider=self.provider, model=call.model, secrets=self._secrets
-            ) from exc
+            )
+            failure = self._chained(error, exc)
+        if failure is not None:
+            raise failure
         if response.is_success:
             return response
         raise error_from_status(

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import httpx
 
-from ..errors import LLMError
+from ..errors import ConfigError, LLMError
 from ..models import (
     ChatRequest,
     ChatResponse,
@@ -41,6 +41,7 @@ from ._base import (
     ProviderSettings,
     ProviderSpec,
     decode_stream_object,
+    header_value,
     mount_provider,
 )
 from ._http import HookEmitter, decode_tool_arguments, drain, error_from_payload
@@ -99,12 +100,13 @@ class OpenAIChatProvider(HTTPProvider):
         self.max_tokens_field = str(cfg.get("max_tokens_field", "max_completion_tokens"))
         self.temperature: float | None = cfg.get("temperature")
         self.reasoning_effort: str | None = cfg.get("reasoning_effort")
+        self.assistant_tool_content = _tool_content(cfg.get("assistant_tool_content", ""))
         headers = {"accept": "application/json"}
         if settings.api_key:
             headers["authorization"] = f"Bearer {settings.api_key}"
         for key, header in (("organization", "openai-organization"), ("project", "openai-project")):
             if cfg.get(key):
-                headers[header] = str(cfg[key])
+                headers[header] = header_value(cfg[key], key)
         http = settings.client(headers, hooks=hooks, transport=transport, **http_options)
         super().__init__(settings, http)
 
@@ -145,7 +147,8 @@ class OpenAIChatProvider(HTTPProvider):
     def build_payload(self, request: ChatRequest, *, stream: bool, **kwargs: Any) -> dict[str, Any]:
         """The JSON body for ``request`` (public so callers can inspect what is sent)."""
         model = request.model or self.model
-        payload: dict[str, Any] = {"model": model, "messages": to_wire_messages(request.messages)}
+        messages = to_wire_messages(request.messages, tool_content=self.assistant_tool_content)
+        payload: dict[str, Any] = {"model": model, "messages": messages}
         if request.tools:
             payload["tools"] = [_wire_tool(tool) for tool in request.tools]
             if request.tool_choice is not None:
@@ -171,13 +174,27 @@ class OpenAIChatProvider(HTTPProvider):
 # -- request conversion ---------------------------------------------------------------
 
 
-def to_wire_messages(messages: list[Message] | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Our messages (models or plain dicts) as Chat Completions messages."""
+def _tool_content(value: Any) -> str | None:
+    if value is None or value == "":
+        return value  # type: ignore[no-any-return]
+    msg = f'assistant_tool_content: must be "" or null, got {value!r}'
+    raise ConfigError(msg)
+
+
+def to_wire_messages(
+    messages: list[Message] | list[dict[str, Any]], *, tool_content: str | None = ""
+) -> list[dict[str, Any]]:
+    """Our messages (models or plain dicts) as Chat Completions messages.
+
+    ``tool_content`` is the ``content`` of an assistant message that has tool calls and no
+    text: ``""`` by default (llama.cpp's server answers 500 to ``null`` and to a missing
+    content), ``None`` for a server that wants ``null``.
+    """
     wire: list[dict[str, Any]] = []
     for item in messages:
         message = item if isinstance(item, Message) else structure(item, Message)
         if message.role == "assistant":
-            wire.append(_wire_assistant(message))
+            wire.append(_wire_assistant(message, tool_content))
         elif message.role == "tool":
             wire.append(_wire_tool_result(message.tool_call_id or "", message.content))
         else:
@@ -221,7 +238,7 @@ def _wire_part(block: TextBlock | ImageBlock) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _wire_assistant(message: Message) -> dict[str, Any]:
+def _wire_assistant(message: Message, tool_content: str | None) -> dict[str, Any]:
     """Text plus tool calls; thinking and reasoning blocks are not sent to OpenAI."""
     calls = list(message.tool_calls or [])
     if isinstance(message.content, str):
@@ -234,7 +251,7 @@ def _wire_assistant(message: Message) -> dict[str, Any]:
             for b in message.content
             if isinstance(b, ToolCallBlock) and b.id not in known
         ]
-    wire: dict[str, Any] = {"role": "assistant", "content": text or None}
+    wire: dict[str, Any] = {"role": "assistant", "content": text or (tool_content if calls else "")}
     if calls:
         wire["tool_calls"] = [
             {

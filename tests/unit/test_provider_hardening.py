@@ -1,0 +1,261 @@
+"""Providers against real-world servers: one regression test per problem of issue 12.
+
+Each test plays a server the way a real one misbehaved (llama.cpp's 500 on ``null``
+content, an httpx error repeating a key, refusals, truncation, several choices, slow
+streams…) through an ``httpx.MockTransport`` or a listener on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import httpx
+import pytest
+
+from amplifier_anyio.errors import (
+    ConfigError,
+    InvalidRequestError,
+    LLMError,
+    ProviderUnavailableError,
+)
+from amplifier_anyio.models import ChatRequest, Message, ToolCall, ToolSpec
+from amplifier_anyio.providers._http import HTTPClient, RetryPolicy, redact
+from amplifier_anyio.providers.anthropic import AnthropicProvider
+from amplifier_anyio.providers.anthropic import mount as mount_anthropic
+from amplifier_anyio.providers.openai import OpenAIChatProvider
+from amplifier_anyio.providers.openai import mount as mount_openai
+from amplifier_anyio.testing import MockCoordinator
+
+pytestmark = pytest.mark.anyio
+
+KEY = "sk-proj-HARDENING-0123456789abcdefXYZ"
+OPENAI_BASE = "https://llm.example/v1"
+ANTHROPIC_BASE = "https://claude.example"
+WEATHER = ToolSpec(
+    name="get_weather",
+    description="Current weather for a city",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+)
+
+
+# -- servers ----------------------------------------------------------------------------
+
+
+class Server:
+    """A MockTransport handler: answers from a list (the last one repeats) or a function,
+    recording every request."""
+
+    def __init__(self, *answers: httpx.Response | Callable[[httpx.Request], httpx.Response]):
+        self.answers = list(answers)
+        self.requests: list[httpx.Request] = []
+
+    @property
+    def bodies(self) -> list[Any]:
+        return [json.loads(r.content) if r.content else None for r in self.requests]
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return answer(request) if callable(answer) else answer
+
+
+async def _no_wait(delay: float) -> None:
+    await anyio.lowlevel.checkpoint()
+
+
+def openai(server: Server, **config: Any) -> OpenAIChatProvider:
+    cfg = {"api_key": KEY, "base_url": OPENAI_BASE, "model": "gpt-4o", **config}
+    return OpenAIChatProvider(cfg, transport=httpx.MockTransport(server), sleep=_no_wait)
+
+
+def anthropic(server: Server, **config: Any) -> AnthropicProvider:
+    cfg = {"api_key": KEY, "base_url": ANTHROPIC_BASE, "model": "claude-x", **config}
+    return AnthropicProvider(cfg, transport=httpx.MockTransport(server), sleep=_no_wait)
+
+
+def completion(message: dict[str, Any], finish_reason: str = "stop") -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+    }
+
+
+def tool_history() -> list[Message]:
+    """A conversation whose assistant message holds a tool call and no text."""
+    call = ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris"})
+    return [
+        Message(role="user", content="Weather in Paris?"),
+        Message(role="assistant", content="", tool_calls=[call]),
+        Message(role="tool", content="sunny", tool_call_id="call_1"),
+    ]
+
+
+# -- 1. assistant content, 5xx validation errors, keys, redaction ------------------------
+
+
+def llama_cpp_server(request: httpx.Request) -> httpx.Response:
+    """What llama-cpp-python's server does: a 500 (pydantic's message) when an assistant
+    message's content is null or missing, a completion otherwise."""
+    for message in json.loads(request.content)["messages"]:
+        if message["role"] == "assistant" and message.get("content") is None:
+            detail = (
+                "1 validation error for ChatCompletionRequestAssistantMessage\ncontent\n"
+                "  Input should be a valid string [type=string_type, input_value=None]"
+            )
+            body = {"error": {"message": detail, "type": "internal_server_error"}}
+            return httpx.Response(500, json=body)
+    return httpx.Response(200, json=completion({"role": "assistant", "content": "Sunny."}))
+
+
+async def test_a_tool_round_trip_works_with_a_llama_cpp_style_server() -> None:
+    server = Server(llama_cpp_server)
+    response = await openai(server).complete(ChatRequest(messages=tool_history(), tools=[WEATHER]))
+    assert response.text == "Sunny."
+    assistant = server.bodies[0]["messages"][1]
+    assert assistant["content"] == ""
+    assert assistant["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
+async def test_assistant_tool_content_can_be_null_for_servers_that_want_it() -> None:
+    server = Server(llama_cpp_server)
+    provider = openai(server, assistant_tool_content=None)
+    with pytest.raises(InvalidRequestError, match="validation error"):
+        await provider.complete(ChatRequest(messages=tool_history()))
+    assert server.bodies[0]["messages"][1]["content"] is None
+    with pytest.raises(ConfigError, match="assistant_tool_content"):
+        openai(server, assistant_tool_content="none")
+
+
+async def test_a_5xx_carrying_a_validation_message_is_not_retried() -> None:
+    server = Server(llama_cpp_server)
+    provider = openai(server, assistant_tool_content=None)
+    with pytest.raises(InvalidRequestError) as caught:
+        await provider.complete(ChatRequest(messages=tool_history()))
+    assert len(server.requests) == 1
+    assert caught.value.retryable is False
+    assert caught.value.status_code == 500
+    # a plain 500 is still worth repeating
+    plain = Server(
+        httpx.Response(500, json={"error": {"message": "internal error", "type": "server_error"}}),
+        httpx.Response(200, json=completion({"role": "assistant", "content": "ok"})),
+    )
+    assert (await openai(plain).complete(ChatRequest(messages=tool_history()))).text == "ok"
+    assert len(plain.requests) == 2
+
+
+@pytest.mark.parametrize("make", [openai, anthropic], ids=["openai", "anthropic"])
+async def test_a_key_with_a_trailing_newline_is_stripped(make: Any) -> None:
+    server = Server(httpx.Response(200, json={"data": []}))
+    provider = make(server, api_key=f"  {KEY}\n")
+    await provider.list_models()
+    headers = server.requests[0].headers
+    sent = headers.get("authorization") or headers.get("x-api-key")
+    assert sent in (KEY, f"Bearer {KEY}")
+
+
+@pytest.mark.parametrize(
+    ("mount", "env"), [(mount_openai, "OPENAI_API_KEY"), (mount_anthropic, "ANTHROPIC_API_KEY")]
+)
+@pytest.mark.parametrize("bad", [f"{KEY[:10]}\n{KEY[10:]}", f"{KEY[:10]} {KEY[10:]}", KEY + "\x07"])
+async def test_a_key_with_whitespace_inside_is_refused_at_mount_without_echoing_it(
+    mount: Any, env: str, bad: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    coordinator = MockCoordinator()
+    with pytest.raises(ConfigError) as caught:
+        await mount(coordinator, {"api_key": bad})
+    text = str(caught.value)
+    assert text.startswith("api_key:")
+    assert "\n" not in text
+    assert KEY[:10] not in text
+    assert KEY[10:] not in text
+    monkeypatch.setenv(env, bad)
+    with pytest.raises(ConfigError, match=f"^{env}:"):
+        await mount(coordinator, {})
+    assert coordinator.mount_history == []
+
+
+async def test_an_invalid_header_is_never_retried_and_never_leaks_the_key() -> None:
+    """A real HTTP/1.1 connection: the library refuses the header and repeats its value."""
+    bad_key = KEY + "\n"
+    connections = 0
+
+    async def serve(stream: anyio.abc.SocketStream) -> None:
+        nonlocal connections
+        connections += 1
+        async with stream:
+            await anyio.sleep(1)
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        client = HTTPClient(
+            provider="openai",
+            base_url=f"http://127.0.0.1:{port}/v1",
+            headers={"authorization": f"Bearer {bad_key}"},
+            secrets=(bad_key,),
+            retry=RetryPolicy(max_retries=3, initial_delay=0.0, jitter=0.0),
+        )
+        try:
+            with pytest.raises(InvalidRequestError) as caught:
+                await client.request_json("GET", "models")
+        finally:
+            await client.aclose()
+        tg.cancel_scope.cancel()
+    error = caught.value
+    assert error.retryable is False
+    assert connections == 1
+    assert error.__cause__ is None
+    assert error.__context__ is None
+    assert KEY[:12] not in str(error)
+    assert KEY[-12:] not in repr(error.args)
+
+
+def _runs(secret: str, size: int = 12) -> list[str]:
+    return [secret[i : i + size] for i in range(len(secret) - size + 1)]
+
+
+def test_redaction_covers_escaped_quoted_encoded_and_partial_forms() -> None:
+    secret = 'sk-ant-api03-"quoted"\\back-é-0123456789ABCDEF'
+    forms = [
+        secret,
+        json.dumps(secret),
+        json.dumps(secret, ensure_ascii=False),
+        repr(secret),
+        repr(secret.encode()),
+        httpx.URL("https://x/", params={"key": secret}).query.decode(),
+        secret[:20] + "...",  # printed in part
+        "key=" + secret[:-5],  # cut by a length limit
+    ]
+    for form in forms:
+        text = f"Illegal header value {form} (see docs)"
+        masked = redact(text, [secret])
+        assert "***" in masked, form
+        assert not any(run in masked for run in _runs(secret)), (form, masked)
+        assert masked.startswith("Illegal header value ")
+        assert masked.endswith(" (see docs)")
+    assert redact("nothing secret here", [secret]) == "nothing secret here"
+
+
+async def test_a_server_echoing_the_key_escaped_never_reaches_the_error() -> None:
+    echoed = json.dumps({"error": {"message": f"bad key {json.dumps(KEY[:25])}…"}})
+    server = Server(httpx.Response(401, text=echoed))
+    with pytest.raises(LLMError) as caught:
+        await openai(server).list_models()
+    assert not any(run in str(caught.value) for run in _runs(KEY))
+    assert not any(run in json.dumps(caught.value.body) for run in _runs(KEY))
+
+
+async def test_a_plain_5xx_is_still_retried_until_the_limit() -> None:
+    server = Server(httpx.Response(503, json={"error": {"message": "busy"}}))
+    with pytest.raises(ProviderUnavailableError):
+        await openai(server, max_retries=2).list_models()
+    assert len(server.requests) == 3
