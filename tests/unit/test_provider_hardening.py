@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import anyio.abc
@@ -17,19 +17,22 @@ import anyio.lowlevel
 import httpx
 import pytest
 
+from amplifier_anyio import AmplifierSession
 from amplifier_anyio.errors import (
     ConfigError,
     InvalidRequestError,
     LLMError,
+    MalformedResponseError,
     ProviderUnavailableError,
 )
-from amplifier_anyio.models import ChatRequest, Message, ToolCall, ToolSpec
+from amplifier_anyio.events import PROVIDER_RESPONSE
+from amplifier_anyio.models import ChatRequest, Message, ToolCall, ToolResult, ToolSpec
 from amplifier_anyio.providers._http import HTTPClient, RetryPolicy, redact
 from amplifier_anyio.providers.anthropic import AnthropicProvider
 from amplifier_anyio.providers.anthropic import mount as mount_anthropic
 from amplifier_anyio.providers.openai import OpenAIChatProvider
 from amplifier_anyio.providers.openai import mount as mount_openai
-from amplifier_anyio.testing import MockCoordinator
+from amplifier_anyio.testing import EventRecorder, MockCoordinator
 
 pytestmark = pytest.mark.anyio
 
@@ -259,3 +262,270 @@ async def test_a_plain_5xx_is_still_retried_until_the_limit() -> None:
     with pytest.raises(ProviderUnavailableError):
         await openai(server, max_retries=2).list_models()
     assert len(server.requests) == 3
+
+
+# -- 2. finish reasons: refusals, truncation, filters, pause_turn -------------------------
+
+
+def sse_response(*events: dict[str, Any] | str) -> httpx.Response:
+    """An SSE body: dicts as ``data:`` JSON (Anthropic's carry their ``event:`` name)."""
+    lines = []
+    for event in events:
+        if isinstance(event, str):
+            lines.append(f"data: {event}\n\n")
+        elif "type" in event and "choices" not in event:
+            lines.append(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n")
+        else:
+            lines.append(f"data: {json.dumps(event)}\n\n")
+    return httpx.Response(
+        200, content="".join(lines).encode(), headers={"content-type": "text/event-stream"}
+    )
+
+
+def oa_chunk(delta: dict[str, Any], finish: str | None = None, index: int = 0) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-s",
+        "object": "chat.completion.chunk",
+        "model": "gpt-4o",
+        "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def an_message(content: list[dict[str, Any]], stop: str) -> dict[str, Any]:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "content": content,
+        "stop_reason": stop,
+        "usage": {"input_tokens": 5, "output_tokens": 2},
+    }
+
+
+def an_stream(blocks: list[list[dict[str, Any]]], stop: str) -> list[dict[str, Any]]:
+    """message_start, each block's events as given, message_delta(stop), message_stop."""
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {**an_message([], None), "stop_reason": None}}  # type: ignore[arg-type]
+    ]
+    for block in blocks:
+        events += block
+    events += [
+        {"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 9}},
+        {"type": "message_stop"},
+    ]
+    return events
+
+
+def an_text_block(index: int, text: str, *, stop: bool = True) -> list[dict[str, Any]]:
+    events = [
+        {
+            "type": "content_block_start",
+            "index": index,
+            "content_block": {"type": "text", "text": ""},
+        },
+        {
+            "type": "content_block_delta",
+            "index": index,
+            "delta": {"type": "text_delta", "text": text},
+        },
+    ]
+    return events + ([{"type": "content_block_stop", "index": index}] if stop else [])
+
+
+def an_tool_block(index: int, parts: list[str], *, stop: bool = True) -> list[dict[str, Any]]:
+    start = {"type": "tool_use", "id": f"toolu_{index}", "name": "get_weather", "input": {}}
+    events: list[dict[str, Any]] = [
+        {"type": "content_block_start", "index": index, "content_block": start}
+    ]
+    events += [
+        {
+            "type": "content_block_delta",
+            "index": index,
+            "delta": {"type": "input_json_delta", "partial_json": part},
+        }
+        for part in parts
+    ]
+    return events + ([{"type": "content_block_stop", "index": index}] if stop else [])
+
+
+class Weather:
+    """A tool that records its calls."""
+
+    name = "get_weather"
+    description = "weather"
+    input_schema: ClassVar[dict[str, Any]] = WEATHER.parameters
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    async def execute(self, input: dict[str, Any]) -> Any:
+        self.calls.append(input)
+        return ToolResult(success=True, output="sunny")
+
+
+async def run_turn(
+    provider: Any, *, streaming: bool = False, tool: Weather | None = None
+) -> tuple[Any, list[dict[str, Any]], list[dict[str, Any]]]:
+    """One session turn with ``provider``; (result, provider:response payloads, context)."""
+    orchestrator = "loop-streaming" if streaming else "loop-basic"
+    plan = {"session": {"orchestrator": orchestrator, "context": "context-simple"}}
+    async with AmplifierSession(plan) as session:
+        recorder = EventRecorder()
+        recorder.attach(session.coordinator.hooks)
+        await session.coordinator.mount("providers", provider, name=provider.name)
+        session.coordinator.register_cleanup(provider.http.aclose)
+        if tool is not None:
+            await session.coordinator.mount("tools", tool, name=tool.name)
+        result = await session.run("Weather in Paris?")
+        context = await session.coordinator.get("context").get_messages()
+    responses = [data for _, data in recorder.get_events(PROVIDER_RESPONSE)]
+    return result, responses, context
+
+
+CUT_ANSWERS = [
+    ("openai", "length"),
+    ("openai", "content_filter"),
+    ("anthropic", "max_tokens"),
+    ("anthropic", "refusal"),
+]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize(("kind", "reason"), CUT_ANSWERS)
+async def test_a_cut_refused_or_filtered_answer_ends_the_turn_incomplete(
+    kind: str, reason: str, streaming: bool
+) -> None:
+    if kind == "openai":
+        answer = (
+            sse_response(oa_chunk({"content": "It is sun"}), oa_chunk({}, reason), "[DONE]")
+            if streaming
+            else httpx.Response(
+                200, json=completion({"role": "assistant", "content": "It is sun"}, reason)
+            )
+        )
+        provider: Any = openai(Server(answer))
+    else:
+        answer = (
+            sse_response(*an_stream([an_text_block(0, "It is sun")], reason))
+            if streaming
+            else httpx.Response(
+                200, json=an_message([{"type": "text", "text": "It is sun"}], reason)
+            )
+        )
+        provider = anthropic(Server(answer))
+    result, responses, _ = await run_turn(provider, streaming=streaming)
+    assert result.status == "incomplete"
+    assert result.finish_reason == reason
+    assert result.text == "It is sun"
+    assert [r["finish_reason"] for r in responses] == [reason]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["complete", "stream"])
+async def test_an_openai_refusal_is_kept_as_text_and_ends_incomplete(streaming: bool) -> None:
+    refusal = "I'm sorry, I cannot help with that."
+    if streaming:
+        answer = sse_response(
+            oa_chunk({"role": "assistant", "content": None, "refusal": ""}),
+            oa_chunk({"refusal": refusal[:10]}),
+            oa_chunk({"refusal": refusal[10:]}, "stop"),
+            "[DONE]",
+        )
+    else:
+        message = {"role": "assistant", "content": None, "refusal": refusal}
+        answer = httpx.Response(200, json=completion(message, "stop"))
+    result, _, _ = await run_turn(openai(Server(answer)), streaming=streaming)
+    assert result.text == refusal
+    assert result.status == "incomplete"
+    assert result.finish_reason == "refusal"
+
+
+async def test_no_choices_is_an_llm_error() -> None:
+    body = {"id": "x", "object": "chat.completion", "choices": [], "prompt_filter_results": []}
+    with pytest.raises(MalformedResponseError, match="no choices"):
+        await openai(Server(httpx.Response(200, json=body))).complete(
+            ChatRequest(messages=[Message(role="user", content="hi")])
+        )
+
+
+def truncated_tool_answer(kind: str, streaming: bool) -> httpx.Response:
+    partial = ['{"ci', 'ty": "Par']
+    if kind == "openai":
+        if not streaming:
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": "".join(partial)},
+                    }
+                ],
+            }
+            return httpx.Response(200, json=completion(message, "length"))
+        first = {"index": 0, "id": "call_1", "type": "function"}
+        return sse_response(
+            oa_chunk(
+                {"tool_calls": [{**first, "function": {"name": "get_weather", "arguments": ""}}]}
+            ),
+            oa_chunk({"tool_calls": [{"index": 0, "function": {"arguments": partial[0]}}]}),
+            oa_chunk(
+                {"tool_calls": [{"index": 0, "function": {"arguments": partial[1]}}]}, "length"
+            ),
+            "[DONE]",
+        )
+    if not streaming:  # the API gives the input it could not finish as {}
+        block = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
+        return httpx.Response(200, json=an_message([block], "max_tokens"))
+    return sse_response(*an_stream([an_tool_block(0, partial, stop=False)], "max_tokens"))
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_tool_call_cut_by_the_token_limit_becomes_an_error_result(
+    kind: str, streaming: bool
+) -> None:
+    final = (
+        httpx.Response(200, json=completion({"role": "assistant", "content": "Sorry."}))
+        if kind == "openai"
+        else httpx.Response(200, json=an_message([{"type": "text", "text": "Sorry."}], "end_turn"))
+    )
+    if streaming:
+        final = (
+            sse_response(oa_chunk({"content": "Sorry."}, "stop"), "[DONE]")
+            if kind == "openai"
+            else sse_response(*an_stream([an_text_block(0, "Sorry.")], "end_turn"))
+        )
+    server = Server(truncated_tool_answer(kind, streaming), final)
+    tool = Weather()
+    make = openai if kind == "openai" else anthropic
+    result, _, context = await run_turn(make(server), streaming=streaming, tool=tool)
+    assert tool.calls == []  # never run with {} or with half its arguments
+    results = [m for m in context if m["role"] == "tool"]
+    assert len(results) == 1
+    assert "cut off by the output token limit" in results[0]["content"]
+    assert result.status == "success"
+    assert result.text == "Sorry."
+
+
+async def test_pause_turn_continues_the_turn() -> None:
+    paused = an_message([{"type": "text", "text": "Searching…"}], "pause_turn")
+    done = an_message([{"type": "text", "text": "Found it."}], "end_turn")
+    server = Server(httpx.Response(200, json=paused), httpx.Response(200, json=done))
+    result, responses, context = await run_turn(anthropic(server))
+    assert result.status == "success"
+    assert result.text == "Found it."
+    assert [r["finish_reason"] for r in responses] == ["pause_turn", "end_turn"]
+    second = server.bodies[1]["messages"]
+    assert second[-1] == {"role": "assistant", "content": [{"type": "text", "text": "Searching…"}]}
+    assert [m["role"] for m in context] == ["user", "assistant", "assistant"]
+
+
+async def test_endless_pause_turn_ends_incomplete() -> None:
+    paused = an_message([{"type": "text", "text": "…"}], "pause_turn")
+    server = Server(httpx.Response(200, json=paused))
+    result, responses, _ = await run_turn(anthropic(server))
+    assert result.status == "incomplete"
+    assert result.finish_reason == "pause_turn"
+    assert 2 < len(responses) < 20

@@ -63,6 +63,8 @@ __all__ = (
     "INVALID_ARGUMENTS_KEY",
     "decode_tool_arguments",
     "invalid_tool_call",
+    "TRUNCATING_FINISH_REASONS",
+    "truncated_arguments",
     "redact",
     "leaks",
 )
@@ -358,6 +360,20 @@ def decode_tool_arguments(raw: str | None) -> dict[str, Any]:
         reason = f"expected a JSON object, got {type(value).__name__}"
         return {INVALID_ARGUMENTS_KEY: {"raw": raw, "error": reason}}
     return value
+
+
+TRUNCATING_FINISH_REASONS: Final = frozenset({"length", "max_tokens"})
+"""Finish reasons that mean the output token limit cut the answer."""
+
+
+def truncated_arguments(raw: str, finish_reason: str) -> dict[str, Any]:
+    """The arguments of a tool call the output token limit cut off: the invalid-arguments
+    marker naming the truncation, so the call becomes an error result, never a call."""
+    reason = (
+        f"the call was cut off by the output token limit (finish reason {finish_reason!r}) "
+        "before its arguments were complete; ask for less output or raise the limit"
+    )
+    return {INVALID_ARGUMENTS_KEY: {"raw": raw, "error": reason}}
 
 
 def invalid_tool_call(

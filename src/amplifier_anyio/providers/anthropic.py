@@ -41,7 +41,14 @@ from ._base import (
     decode_stream_object,
     mount_provider,
 )
-from ._http import HookEmitter, decode_tool_arguments, drain, error_from_payload
+from ._http import (
+    TRUNCATING_FINISH_REASONS,
+    HookEmitter,
+    decode_tool_arguments,
+    drain,
+    error_from_payload,
+    truncated_arguments,
+)
 from ._sse import SSEEvent
 
 __all__ = (
@@ -321,8 +328,13 @@ def _wire_tool_choice(choice: str | dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_message(body: Mapping[str, Any]) -> ChatResponse:
-    """A ``message`` object as our ChatResponse."""
+    """A ``message`` object as our ChatResponse.
+
+    A ``tool_use`` block that ``max_tokens`` cut off (the last block of a ``max_tokens``
+    answer) carries the truncation marker instead of its partial input.
+    """
     content = [block for raw in body.get("content") or [] if (block := _block(raw)) is not None]
+    content = _mark_truncated(content, body.get("stop_reason"), None)
     calls = [
         ToolCall(id=b.id, name=b.name, arguments=b.input)
         for b in content
@@ -335,6 +347,23 @@ def parse_message(body: Mapping[str, Any]) -> ChatResponse:
         finish_reason=body.get("stop_reason"),
         metadata=_metadata(body),
     )
+
+
+def _mark_truncated(
+    content: list[ContentBlock], stop_reason: Any, raw: str | None
+) -> list[ContentBlock]:
+    """``content`` with a last ``tool_use`` cut by ``max_tokens`` marked as truncated;
+    ``raw`` is its partial JSON when known (a stream), else its input as JSON."""
+    if stop_reason not in TRUNCATING_FINISH_REASONS or not content:
+        return content
+    last = content[-1]
+    if not isinstance(last, ToolCallBlock):
+        return content
+    text = raw if raw is not None else json.dumps(last.input)
+    marked = ToolCallBlock(
+        id=last.id, name=last.name, input=truncated_arguments(text, str(stop_reason))
+    )
+    return [*content[:-1], marked]
 
 
 def _block(raw: Mapping[str, Any]) -> ContentBlock | None:
@@ -407,6 +436,8 @@ class _StreamState:
         self.blocks: dict[int, dict[str, Any]] = {}
         self.json_parts: dict[int, list[str]] = {}
         self.finished: list[ContentBlock] = []
+        self.stopped_blocks: set[int] = set()
+        self.last_json: str | None = None  # the raw input of the last finished block
         self.stopped = False
 
     def handle(self, data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -474,11 +505,14 @@ class _StreamState:
         return []
 
     def _stop(self, index: int) -> list[dict[str, Any]]:
+        self.stopped_blocks.add(index)
         raw = self.blocks.get(index, {})
+        self.last_json = None
         if raw.get("type") == "tool_use":
             parts = self.json_parts.get(index) or []
+            self.last_json = "".join(parts) if parts else None
             raw["input"] = (
-                decode_tool_arguments("".join(parts)) if parts else raw.get("input") or {}
+                decode_tool_arguments(self.last_json) if parts else raw.get("input") or {}
             )
         block = _block(raw)
         if block is None:
@@ -486,14 +520,24 @@ class _StreamState:
         self.finished.append(block)
         return [{"type": "content_block:end", "index": index, "block": block}]
 
+    def close_open_blocks(self) -> list[dict[str, Any]]:
+        """Finish the blocks a truncated stream started and never stopped (a tool call cut
+        by ``max_tokens`` is kept, marked, instead of being lost)."""
+        events: list[dict[str, Any]] = []
+        for index in sorted(set(self.blocks) - self.stopped_blocks):
+            events += self._stop(index)
+        return events
+
     def response(self) -> ChatResponse:
+        stop_reason = self.message.get("stop_reason")
+        content = _mark_truncated(self.finished, stop_reason, self.last_json)
         calls = [
             ToolCall(id=b.id, name=b.name, arguments=b.input)
-            for b in self.finished
+            for b in content
             if isinstance(b, ToolCallBlock)
         ]
         return ChatResponse(
-            content=list(self.finished),
+            content=content,
             tool_calls=calls or None,
             usage=parse_usage(self.usage),
             finish_reason=self.message.get("stop_reason"),
@@ -527,6 +571,8 @@ async def _stream_events(
             provider=provider,
             model=model,
         )
+    for item in state.close_open_blocks():
+        yield item
     yield {"type": "response", "response": state.response()}
 
 

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import httpx
 
-from ..errors import ConfigError, LLMError
+from ..errors import ConfigError, LLMError, MalformedResponseError
 from ..models import (
     ChatRequest,
     ChatResponse,
@@ -44,7 +44,14 @@ from ._base import (
     header_value,
     mount_provider,
 )
-from ._http import HookEmitter, decode_tool_arguments, drain, error_from_payload
+from ._http import (
+    TRUNCATING_FINISH_REASONS,
+    HookEmitter,
+    decode_tool_arguments,
+    drain,
+    error_from_payload,
+    truncated_arguments,
+)
 from ._sse import SSEEvent
 
 __all__ = (
@@ -137,7 +144,7 @@ class OpenAIChatProvider(HTTPProvider):
             model=payload["model"],
             timeout=request.timeout,
         )
-        return parse_completion(body)
+        return parse_completion(body, provider=self._name, model=payload["model"])
 
     def _decode_stream(
         self, sse: AsyncIterator[SSEEvent], model: str
@@ -299,29 +306,53 @@ def _wire_tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
 # -- response conversion --------------------------------------------------------------
 
 
-def parse_completion(body: Mapping[str, Any]) -> ChatResponse:
-    """A ``chat.completion`` object as our ChatResponse."""
-    choices = body.get("choices") or [{}]
+def parse_completion(
+    body: Mapping[str, Any], *, provider: str = "openai", model: str | None = None
+) -> ChatResponse:
+    """A ``chat.completion`` object as our ChatResponse.
+
+    The first choice is the answer. A ``refusal`` is kept as the text, with finish reason
+    ``refusal``; a tool call cut by the token limit carries the truncation marker.
+    Raises :class:`MalformedResponseError` when there is no choice.
+    """
+    choices = body.get("choices")
+    if not choices:
+        msg = f"{provider} answered with no choices (a filtered prompt, or not a completion)"
+        raise MalformedResponseError(msg, provider=provider, model=model, body=dict(body))
     choice = choices[0]
     message = choice.get("message") or {}
+    finish = choice.get("finish_reason")
     calls = [
         _tool_call(c.get("id", ""), c.get("function") or {})
         for c in message.get("tool_calls") or []
     ]
+    if calls and finish in TRUNCATING_FINISH_REASONS:
+        last = (message["tool_calls"][-1].get("function") or {}).get("arguments") or ""
+        calls[-1] = ToolCall(
+            id=calls[-1].id, name=calls[-1].name, arguments=truncated_arguments(last, finish)
+        )
     content: list[ContentBlock] = []
     reasoning = message.get("reasoning_content")
     if reasoning:
         content.append(ThinkingBlock(thinking=reasoning, visibility="internal"))
     if message.get("content"):
         content.append(TextBlock(text=message["content"]))
+    if message.get("refusal"):
+        content.append(TextBlock(text=message["refusal"]))
+        finish = _refused(finish)
     content += [ToolCallBlock(id=c.id, name=c.name, input=c.arguments) for c in calls]
     return ChatResponse(
         content=content,
         tool_calls=calls or None,
         usage=parse_usage(body.get("usage")),
-        finish_reason=choice.get("finish_reason"),
+        finish_reason=finish,
         metadata=_metadata(body),
     )
+
+
+def _refused(finish: str | None) -> str | None:
+    """A refusal ends with ``stop`` on the wire; we say ``refusal`` so it is never silent."""
+    return "refusal" if finish in (None, "stop") else finish
 
 
 def _tool_call(call_id: str, function: Mapping[str, Any]) -> ToolCall:
@@ -368,6 +399,7 @@ class _StreamState:
         self.text: int | None = None
         self.tools: dict[int, int] = {}
         self.finish_reason: str | None = None
+        self.refused = False
         self.usage: Usage | None = None
         self.meta: dict[str, Any] | None = None
         self.done = False
@@ -392,17 +424,21 @@ class _StreamState:
                     "delta": delta["reasoning_content"],
                 }
             )
-        if delta.get("content"):
+        for field in ("content", "refusal"):
+            text = delta.get(field)
+            if not text:
+                continue
+            self.refused = self.refused or field == "refusal"
             if self.text is None:
                 self.text, start = self.open("text")
                 events.append(start)
-            self.blocks[self.text]["parts"].append(delta["content"])
+            self.blocks[self.text]["parts"].append(text)
             events.append(
                 {
                     "type": "content_block:delta",
                     "index": self.text,
                     "block_type": "text",
-                    "delta": delta["content"],
+                    "delta": text,
                 }
             )
         for fragment in delta.get("tool_calls") or []:
@@ -441,6 +477,8 @@ class _StreamState:
         content: list[ContentBlock] = []
         calls: list[ToolCall] = []
         events: list[dict[str, Any]] = []
+        finish = _refused(self.finish_reason) if self.refused else self.finish_reason
+        last_tool = max(self.tools.values(), default=None)
         for index, block in self.blocks.items():
             text = "".join(block["parts"])
             built: ContentBlock
@@ -450,6 +488,10 @@ class _StreamState:
                 built = ThinkingBlock(thinking=text, visibility="internal")
             else:
                 call = _tool_call(block["id"], {"name": block["name"], "arguments": text})
+                if index == last_tool and finish in TRUNCATING_FINISH_REASONS:
+                    call = ToolCall(
+                        id=call.id, name=call.name, arguments=truncated_arguments(text, finish)
+                    )
                 calls.append(call)
                 built = ToolCallBlock(id=call.id, name=call.name, input=call.arguments)
             content.append(built)
@@ -458,7 +500,7 @@ class _StreamState:
             content=content,
             tool_calls=calls or None,
             usage=self.usage,
-            finish_reason=self.finish_reason,
+            finish_reason=finish,
             metadata=self.meta,
         )
         events.append({"type": "response", "response": response})
