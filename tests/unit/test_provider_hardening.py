@@ -8,7 +8,7 @@ streams…) through an ``httpx.MockTransport`` or a listener on 127.0.0.1.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, ClassVar
 
 import anyio
@@ -22,13 +22,21 @@ from amplifier_anyio.errors import (
     ConfigError,
     InvalidRequestError,
     LLMError,
+    LLMTimeoutError,
     MalformedResponseError,
     ProviderUnavailableError,
 )
 from amplifier_anyio.events import PROVIDER_RESPONSE
-from amplifier_anyio.models import ChatRequest, Message, ToolCall, ToolResult, ToolSpec
+from amplifier_anyio.models import (
+    INVALID_ARGUMENTS_KEY,
+    ChatRequest,
+    Message,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
 from amplifier_anyio.providers._http import HTTPClient, RetryPolicy, redact
-from amplifier_anyio.providers.anthropic import AnthropicProvider
+from amplifier_anyio.providers.anthropic import AnthropicProvider, _StreamState
 from amplifier_anyio.providers.anthropic import mount as mount_anthropic
 from amplifier_anyio.providers.openai import OpenAIChatProvider
 from amplifier_anyio.providers.openai import mount as mount_openai
@@ -529,3 +537,180 @@ async def test_endless_pause_turn_ends_incomplete() -> None:
     assert result.status == "incomplete"
     assert result.finish_reason == "pause_turn"
     assert 2 < len(responses) < 20
+
+
+# -- 3. streams: several choices, index-less deltas, deadlines, no wait, linear ------------
+
+
+class Trickle(httpx.AsyncByteStream):
+    """A body sent in pieces with a pause before each; can hang once they are sent."""
+
+    def __init__(self, data: bytes, *, piece: int = 1, pause: float = 0.0, hang: bool = False):
+        self.pieces = [data[i : i + piece] for i in range(0, len(data), piece)]
+        self.pause = pause
+        self.hang = hang
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            await anyio.sleep(self.pause)
+            yield piece
+        if self.hang:
+            await anyio.sleep_forever()
+
+    async def aclose(self) -> None:
+        await anyio.lowlevel.checkpoint()
+
+
+def streamed(body: httpx.AsyncByteStream) -> httpx.Response:
+    return httpx.Response(200, stream=body, headers={"content-type": "text/event-stream"})
+
+
+def sse_bytes(response: httpx.Response) -> bytes:
+    return response.content
+
+
+async def collect(provider: Any, **request: Any) -> list[dict[str, Any]]:
+    chat = ChatRequest(messages=[Message(role="user", content="hi")], **request)
+    async with provider.stream(chat) as events:
+        return [event async for event in events]
+
+
+def final(events: list[dict[str, Any]]) -> Any:
+    assert events[-1]["type"] == "response"
+    return events[-1]["response"]
+
+
+async def test_a_stream_with_several_choices_uses_the_first_and_warns_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    answer = sse_response(
+        oa_chunk({"role": "assistant", "content": "Hel"}, index=0),
+        oa_chunk({"role": "assistant", "content": "Bon"}, index=1),
+        oa_chunk({"content": "lo"}, index=0),
+        oa_chunk({"content": "jour"}, "stop", index=1),
+        oa_chunk({}, "stop", index=0),
+        "[DONE]",
+    )
+    with caplog.at_level("WARNING"):
+        events = await collect(openai(Server(answer)))
+    assert final(events).text == "Hello"
+    assert "".join(e["delta"] for e in events if e["type"] == "content_block:delta") == "Hello"
+    warnings = [r for r in caplog.records if "several choices" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+async def test_tool_call_deltas_without_index_stay_separate_calls() -> None:
+    def call(cid: str, name: str) -> dict[str, Any]:
+        return {"id": cid, "type": "function", "function": {"name": name, "arguments": ""}}
+
+    def args(text: str) -> dict[str, Any]:
+        return {"function": {"arguments": text}}
+
+    answer = sse_response(
+        oa_chunk({"role": "assistant", "tool_calls": [call("call_a", "get_weather")]}),
+        oa_chunk({"tool_calls": [args('{"city": ')]}),
+        oa_chunk({"tool_calls": [args('"Paris"}')]}),
+        oa_chunk({"tool_calls": [call("call_b", "get_weather")]}),
+        oa_chunk({"tool_calls": [args('{"city": "Oslo"}')]}, "tool_calls"),
+        "[DONE]",
+    )
+    response = final(await collect(openai(Server(answer))))
+    assert [(c.id, c.arguments) for c in response.tool_calls] == [
+        ("call_a", {"city": "Paris"}),
+        ("call_b", {"city": "Oslo"}),
+    ]
+
+
+class TestDeadlines:
+    """Virtual time on trio (MockClock autojump), real time on asyncio."""
+
+    @pytest.fixture
+    def anyio_backend(self, virtual_backend: Any) -> Any:
+        return virtual_backend
+
+    @pytest.mark.parametrize("kind", ["openai", "anthropic"])
+    async def test_a_slow_loris_stream_times_out_with_the_whole_response_deadline(
+        self, kind: str
+    ) -> None:
+        if kind == "openai":
+            body = sse_bytes(sse_response(*[oa_chunk({"content": "x"}) for _ in range(100)]))
+            provider: Any = openai(Server(streamed(Trickle(body, pause=0.05))), timeout=1)
+        else:
+            events = an_stream([an_text_block(0, "x" * 50)], "end_turn")
+            body = sse_bytes(sse_response(*events))
+            provider = anthropic(Server(streamed(Trickle(body, pause=0.05))), timeout=1)
+        started = anyio.current_time()
+        with anyio.fail_after(5), pytest.raises(LLMTimeoutError, match="within 1"):
+            await collect(provider)
+        assert anyio.current_time() - started < 2
+
+    async def test_a_silent_stream_ends_at_the_idle_timeout(self) -> None:
+        body = sse_bytes(sse_response(oa_chunk({"content": "x"})))
+        provider = openai(Server(streamed(Trickle(body, piece=64, hang=True))), idle_timeout=0.5)
+        started = anyio.current_time()
+        with anyio.fail_after(5), pytest.raises(LLMTimeoutError, match="idle_timeout"):
+            await collect(provider)
+        assert anyio.current_time() - started < 1
+
+    @pytest.mark.parametrize("kind", ["openai", "anthropic"])
+    async def test_no_wait_after_the_last_event_when_the_server_keeps_the_connection(
+        self, kind: str
+    ) -> None:
+        if kind == "openai":
+            body = sse_bytes(sse_response(oa_chunk({"content": "hi"}, "stop"), "[DONE]"))
+            provider: Any = openai(Server(streamed(Trickle(body, piece=32, hang=True))))
+        else:
+            body = sse_bytes(sse_response(*an_stream([an_text_block(0, "hi")], "end_turn")))
+            provider = anthropic(Server(streamed(Trickle(body, piece=32, hang=True))))
+        started = anyio.current_time()
+        with anyio.fail_after(1.5):
+            events = await collect(provider)
+        assert final(events).text == "hi"
+        assert anyio.current_time() - started < 0.5
+
+
+class CountingText(str):
+    """A delta text that counts how often it is concatenated onto a growing string."""
+
+    additions = 0
+
+    def __radd__(self, other: str) -> str:
+        CountingText.additions += 1
+        return str.__add__(other, self)
+
+
+def test_anthropic_stream_assembly_joins_parts_once() -> None:
+    state = _StreamState()
+    state.handle(an_stream([], "end_turn")[0])
+    state.handle(an_text_block(0, "")[0])
+    CountingText.additions = 0
+    for _ in range(1000):
+        delta = {"type": "text_delta", "text": CountingText("ab")}
+        state.handle({"type": "content_block_delta", "index": 0, "delta": delta})
+    events = state.handle({"type": "content_block_stop", "index": 0})
+    assert events[0]["block"].text == "ab" * 1000
+    assert CountingText.additions == 0  # no copy of the whole text per delta
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_the_invalid_arguments_marker_is_never_sent_back(kind: str) -> None:
+    raw = '{"city": "Paris",'
+    marker = {INVALID_ARGUMENTS_KEY: {"raw": raw, "error": "invalid JSON"}}
+    messages = [
+        Message(role="user", content="Weather?"),
+        Message(
+            role="assistant",
+            content="",
+            tool_calls=[ToolCall(id="call_1", name="get_weather", arguments=marker)],
+        ),
+        Message(role="tool", content="Error: bad arguments", tool_call_id="call_1"),
+    ]
+    make = openai if kind == "openai" else anthropic
+    payload = make(Server(httpx.Response(500))).build_payload(
+        ChatRequest(messages=messages), stream=False
+    )
+    assert INVALID_ARGUMENTS_KEY not in json.dumps(payload)
+    if kind == "openai":
+        assert payload["messages"][1]["tool_calls"][0]["function"]["arguments"] == raw
+    else:
+        assert payload["messages"][1]["content"][0]["input"] == {}

@@ -21,12 +21,19 @@ import httpx
 
 from ..errors import ConfigError
 from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall
+from ..models._validators import number
 from ._http import HookEmitter, HTTPClient, RetryPolicy, error_from_payload
 from ._sse import SSEEvent
 
 _CLOSE_TIMEOUT = 5.0  # seconds closing the HTTP client of a failed mount may take
+DEFAULT_TIMEOUT = 600.0
+"""Seconds one whole response may take: headers, body, every event of a stream."""
+DEFAULT_IDLE_TIMEOUT = 300.0
+"""Seconds a stream may stay silent (no byte of a new line) before it is given up."""
 
 __all__ = (
+    "DEFAULT_TIMEOUT",
+    "DEFAULT_IDLE_TIMEOUT",
     "ProviderSpec",
     "ProviderSettings",
     "HTTPProvider",
@@ -124,6 +131,14 @@ def header_value(value: Any, key: str) -> str:
     return text
 
 
+def _retry_policy(cfg: Mapping[str, Any]) -> RetryPolicy:
+    try:
+        return RetryPolicy.from_config(cfg)
+    except (TypeError, ValueError) as exc:
+        msg = f"retry settings: {exc}"
+        raise ConfigError(msg) from exc
+
+
 def _first(cfg: Mapping[str, Any], keys: tuple[str, ...], default: Any) -> Any:
     for key in keys:
         if key in cfg:
@@ -139,26 +154,29 @@ class ProviderSettings:
     api_key: str = attrs.field(repr=False)
     base_url: str
     model: str
-    priority: int
-    context_window: int
-    max_output_tokens: int
-    timeout: float
+    priority: int = attrs.field(validator=number(minimum=0, exclusive=False, integer=True))
+    context_window: int = attrs.field(validator=number(integer=True))
+    max_output_tokens: int = attrs.field(validator=number(integer=True))
+    timeout: float = attrs.field(validator=number())
+    idle_timeout: float | None = attrs.field(validator=number(optional=True))
     retry: RetryPolicy
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], spec: ProviderSpec) -> ProviderSettings:
         """Read ``name``, ``api_key``, ``base_url``, ``model``, ``priority``,
-        ``context_window``, the output limit, ``timeout`` and the retry keys."""
+        ``context_window``, the output limit, ``timeout``, ``idle_timeout`` and the retry
+        keys; a bad number is a :class:`ConfigError` naming its key."""
         return cls(
             name=str(cfg.get("name") or cfg.get("instance_id") or spec.id),
             api_key=spec.api_key(cfg),
             base_url=spec.base_url_of(cfg),
             model=str(cfg.get("model") or cfg.get("default_model") or spec.model),
-            priority=int(cfg.get("priority", 100)),
-            context_window=int(cfg.get("context_window", spec.context_window)),
-            max_output_tokens=int(_first(cfg, spec.max_output_keys, spec.max_output_tokens)),
-            timeout=float(cfg.get("timeout", 600.0)),
-            retry=RetryPolicy.from_config(cfg),
+            priority=cfg.get("priority", 100),
+            context_window=cfg.get("context_window", spec.context_window),
+            max_output_tokens=_first(cfg, spec.max_output_keys, spec.max_output_tokens),
+            timeout=cfg.get("timeout", DEFAULT_TIMEOUT),
+            idle_timeout=cfg.get("idle_timeout", DEFAULT_IDLE_TIMEOUT),
+            retry=_retry_policy(cfg),
         )
 
     def client(
@@ -177,6 +195,7 @@ class ProviderSettings:
             headers=headers,
             secrets=(self.api_key,),
             timeout=self.timeout,
+            idle_timeout=self.idle_timeout,
             retry=self.retry,
             hooks=hooks,
             transport=transport,

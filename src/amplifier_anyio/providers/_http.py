@@ -74,7 +74,7 @@ logger = logging.getLogger(__name__)
 RETRYABLE_STATUS_CODES: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 """Statuses worth repeating; any other 5xx is retried too (see :func:`error_from_status`)."""
 
-_DRAIN_TIMEOUT: Final = 2.0  # a server should end the body right after its last event
+_DRAIN_TIMEOUT: Final = 0.0  # after the last event nothing is waited for
 _CLOSE_TIMEOUT: Final = 5.0  # httpx aclose can hang on half-closed sockets; never wait longer
 _MAX_MESSAGE: Final = 500
 _MASK: Final = "***"
@@ -424,11 +424,13 @@ async def _close(resource: httpx.Response | AsyncGenerator[Any, None]) -> None:
 
 
 async def drain(events: AsyncIterator[Any], timeout: float = _DRAIN_TIMEOUT) -> None:
-    """Read what is left of a stream after its last meaningful event, within ``timeout``.
+    """Finish a stream after its last meaningful event, waiting at most ``timeout`` (by
+    default not at all: a server may keep the connection open after ``[DONE]``).
 
-    Reading to the end lets every async generator under the stream (ours and httpx's)
-    finish normally instead of being left to the garbage collector, which trio reports
-    as a ResourceWarning. A failure while draining changes nothing: the answer is whole.
+    The cancel at the first checkpoint past ``timeout`` runs through every async
+    generator under the stream (ours and httpx's), so each finishes instead of being left
+    to the garbage collector, which trio reports as a ResourceWarning. A failure while
+    draining changes nothing: the answer is whole.
     """
     with anyio.move_on_after(timeout):
         try:
@@ -455,7 +457,10 @@ class HTTPClient:
     """One provider's connection to its API, with retries and error mapping.
 
     ``headers`` may carry credentials; list them in ``secrets`` too, so they are masked
-    wherever text from the server or the transport is repeated. ``sleep`` and
+    wherever text from the server or the transport is repeated. ``timeout`` bounds a
+    whole response — headers, body and every event of a stream — from the start of its
+    attempt; ``idle_timeout`` (None: no bound of its own) bounds the wait for each piece
+    of a stream. Either raises :class:`LLMTimeoutError`. ``sleep`` and
     ``wall_time`` exist for tests (virtual time, fixed dates).
     """
 
@@ -467,6 +472,7 @@ class HTTPClient:
         headers: Mapping[str, str],
         secrets: Iterable[str] = (),
         timeout: float = 600.0,
+        idle_timeout: float | None = None,
         retry: RetryPolicy | None = None,
         hooks: HookEmitter | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -476,6 +482,7 @@ class HTTPClient:
     ) -> None:
         self.provider = provider
         self.timeout = timeout
+        self.idle_timeout = idle_timeout
         self.retry = retry or RetryPolicy()
         self.hooks = hooks
         self._secrets = tuple(s for s in secrets if s)
@@ -514,7 +521,7 @@ class HTTPClient:
     ) -> Any:
         """Send a request (with retries) and return its decoded JSON body."""
         call = _Call(method, path, json_body=json_body, params=params, model=model, timeout=timeout)
-        response = await self._send(call)
+        response, _ = await self._send(call)
         try:
             return json.loads(response.content)
         except ValueError as exc:
@@ -541,8 +548,8 @@ class HTTPClient:
         is left, closes the response.
         """
         call = _Call("POST", path, json_body=json_body, model=model, timeout=timeout, stream=True)
-        response = await self._send(call)
-        events = self._events(response, model)
+        response, until = await self._send(call)
+        events = self._events(response, model, until)
         try:
             yield events
         finally:
@@ -550,30 +557,52 @@ class HTTPClient:
             await _close(response)
 
     async def _events(
-        self, response: httpx.Response, model: str | None
+        self, response: httpx.Response, model: str | None, until: float
     ) -> AsyncGenerator[SSEEvent, None]:
+        """The response's events; each wait for a line is bounded by the response's
+        deadline ``until`` and by the idle timeout (the scope never spans a ``yield``)."""
         decoder = SSEDecoder()
+        lines = response.aiter_lines()
         failure: LLMError | None = None
-        try:
-            async for line in response.aiter_lines():
-                event = decoder.feed(line)
-                if event is not None:
-                    yield event
-            event = decoder.flush()
+        while failure is None:
+            limit = until
+            if self.idle_timeout is not None:
+                limit = min(limit, anyio.current_time() + self.idle_timeout)
+            try:
+                with anyio.fail_after(max(0.0, limit - anyio.current_time())):
+                    line = await anext(lines)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                failure = self._stream_timeout(model, idle=limit < until)
+                break
+            except httpx.TimeoutException as exc:
+                error = _transport_error(
+                    exc, provider=self.provider, model=model, secrets=self._secrets
+                )
+                failure = self._chained(error, exc)
+                break
+            except httpx.HTTPError as exc:
+                detail = redact(str(exc) or type(exc).__name__, self._secrets)
+                msg = f"the {self.provider} stream broke off: {detail}"
+                error = StreamError(msg, provider=self.provider, model=model, retryable=True)
+                failure = self._chained(error, exc)
+                break
+            event = decoder.feed(line)
             if event is not None:
                 yield event
-        except httpx.TimeoutException as exc:
-            error = _transport_error(
-                exc, provider=self.provider, model=model, secrets=self._secrets
-            )
-            failure = self._chained(error, exc)
-        except httpx.HTTPError as exc:
-            detail = redact(str(exc) or type(exc).__name__, self._secrets)
-            msg = f"the {self.provider} stream broke off: {detail}"
-            error = StreamError(msg, provider=self.provider, model=model, retryable=True)
-            failure = self._chained(error, exc)
         if failure is not None:
             raise failure
+        event = decoder.flush()
+        if event is not None:
+            yield event
+
+    def _stream_timeout(self, model: str | None, *, idle: bool) -> LLMTimeoutError:
+        if idle:
+            text = f"{self.provider} sent nothing for {self.idle_timeout} s (idle_timeout)"
+        else:
+            text = f"{self.provider} did not finish its response within {self.timeout} s"
+        return LLMTimeoutError(text, provider=self.provider, model=model, retryable=True)
 
     def _chained(self, error: LLMError, cause: Exception) -> LLMError:
         """``error`` with ``cause`` as its ``__cause__`` — unless the cause's text repeats
@@ -584,7 +613,8 @@ class HTTPClient:
             error.__cause__ = cause
         return error
 
-    async def _send(self, call: _Call) -> httpx.Response:
+    async def _send(self, call: _Call) -> tuple[httpx.Response, float]:
+        """The successful response and the deadline of the attempt that got it."""
         started = anyio.current_time()
         attempt = 0
         while True:
@@ -598,8 +628,9 @@ class HTTPClient:
                 await self._announce_retry(attempt, delay, exc)
                 await self._sleep(delay)
 
-    async def _attempt(self, call: _Call) -> httpx.Response:
+    async def _attempt(self, call: _Call) -> tuple[httpx.Response, float]:
         deadline = call.timeout if call.timeout is not None else self.timeout
+        until = anyio.current_time() + deadline
         request = self._client.build_request(
             call.method,
             call.path.lstrip("/"),
@@ -609,7 +640,7 @@ class HTTPClient:
         )
         failure: LLMError | None = None
         try:
-            with anyio.fail_after(deadline):
+            with anyio.fail_at(until):
                 response = await self._client.send(request, stream=True)
                 try:
                     if not (call.stream and response.is_success):
@@ -625,7 +656,7 @@ class HTTPClient:
         if failure is not None:
             raise failure
         if response.is_success:
-            return response
+            return response, until
         raise error_from_status(
             response,
             provider=self.provider,

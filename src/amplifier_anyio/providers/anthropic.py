@@ -42,6 +42,7 @@ from ._base import (
     mount_provider,
 )
 from ._http import (
+    INVALID_ARGUMENTS_KEY,
     TRUNCATING_FINISH_REASONS,
     HookEmitter,
     decode_tool_arguments,
@@ -280,16 +281,26 @@ def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
             blocks.append({"type": "text", "text": block.text})
         elif isinstance(block, ToolCallBlock) and block.id not in seen:
             seen.add(block.id)
-            blocks.append(
-                {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-            )
+            blocks.append(_tool_use(block.id, block.name, block.input))
     for call in message.tool_calls or []:
         if call.id not in seen:
             seen.add(call.id)
-            blocks.append(
-                {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
-            )
+            blocks.append(_tool_use(call.id, call.name, call.arguments))
     return blocks
+
+
+def _tool_use(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A ``tool_use`` block; a call whose arguments could not be decoded goes back with the
+    object the model's text holds, if any, else ``{}`` (the API takes only an object; our
+    marker is never sent)."""
+    marker = arguments.get(INVALID_ARGUMENTS_KEY)
+    if isinstance(marker, dict):
+        try:
+            value = json.loads(str(marker.get("raw") or ""))
+        except ValueError:
+            value = None
+        arguments = value if isinstance(value, dict) else {}
+    return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
 
 
 def _tool_result(tool_use_id: str, output: Any) -> dict[str, Any]:
@@ -435,6 +446,7 @@ class _StreamState:
         self.usage: dict[str, Any] = {}
         self.blocks: dict[int, dict[str, Any]] = {}
         self.json_parts: dict[int, list[str]] = {}
+        self.parts: dict[tuple[int, str], list[str]] = {}
         self.finished: list[ContentBlock] = []
         self.stopped_blocks: set[int] = set()
         self.last_json: str | None = None  # the raw input of the last finished block
@@ -473,10 +485,10 @@ class _StreamState:
         return [event]
 
     def _delta(self, index: int, delta: Mapping[str, Any]) -> list[dict[str, Any]]:
-        block = self.blocks.setdefault(index, {"type": "text", "text": ""})
+        self.blocks.setdefault(index, {"type": "text", "text": ""})
         kind = delta.get("type")
         if kind == "text_delta":
-            block["text"] = block.get("text", "") + delta.get("text", "")
+            self._part(index, "text", delta.get("text", ""))
             return [
                 {
                     "type": "content_block:delta",
@@ -486,10 +498,10 @@ class _StreamState:
                 }
             ]
         if kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+            self._part(index, "thinking", delta.get("thinking", ""))
             return [{"type": "thinking:delta", "index": index, "delta": delta.get("thinking", "")}]
         if kind == "signature_delta":
-            block["signature"] = block.get("signature", "") + delta.get("signature", "")
+            self._part(index, "signature", delta.get("signature", ""))
         elif kind == "input_json_delta":
             part = delta.get("partial_json", "")
             self.json_parts.setdefault(index, []).append(part)
@@ -504,9 +516,17 @@ class _StreamState:
                 ]
         return []
 
+    def _part(self, index: int, field: str, text: str) -> None:
+        """Keep a delta; the parts are joined once, when the block stops (linear time)."""
+        self.parts.setdefault((index, field), []).append(text)
+
     def _stop(self, index: int) -> list[dict[str, Any]]:
         self.stopped_blocks.add(index)
         raw = self.blocks.get(index, {})
+        for field in ("text", "thinking", "signature"):
+            parts = self.parts.pop((index, field), None)
+            if parts:
+                raw[field] = str(raw.get(field) or "") + "".join(parts)
         self.last_json = None
         if raw.get("type") == "tool_use":
             parts = self.json_parts.get(index) or []
@@ -551,6 +571,8 @@ async def _stream_events(
     state = _StreamState()
     failure: LLMError | None = None
     async for event in sse:
+        if event.event == "ping":
+            continue
         try:
             data = decode_stream_object(event.data, noun="event", provider=provider, model=model)
             if data.get("type") == "error" or event.event == "error":

@@ -13,6 +13,7 @@ reasons are reported as the server gives them.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final
 
@@ -45,6 +46,7 @@ from ._base import (
     mount_provider,
 )
 from ._http import (
+    INVALID_ARGUMENTS_KEY,
     TRUNCATING_FINISH_REASONS,
     HookEmitter,
     decode_tool_arguments,
@@ -63,6 +65,8 @@ __all__ = (
     "DEFAULT_BASE_URL",
     "DEFAULT_MODEL",
 )
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 DEFAULT_MODEL: Final = "gpt-4o"
@@ -264,11 +268,20 @@ def _wire_assistant(message: Message, tool_content: str | None) -> dict[str, Any
             {
                 "id": call.id,
                 "type": "function",
-                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                "function": {"name": call.name, "arguments": _wire_arguments(call.arguments)},
             }
             for call in calls
         ]
     return wire
+
+
+def _wire_arguments(arguments: dict[str, Any]) -> str:
+    """A call's arguments as JSON text; for a call whose arguments could not be decoded,
+    the text the model produced (our marker is never sent)."""
+    marker = arguments.get(INVALID_ARGUMENTS_KEY)
+    if isinstance(marker, dict):
+        return str(marker.get("raw") or "")
+    return json.dumps(arguments)
 
 
 def _wire_tool_result(tool_call_id: str, output: Any) -> dict[str, Any]:
@@ -397,7 +410,8 @@ class _StreamState:
         self.blocks: dict[int, dict[str, Any]] = {}
         self.thinking: int | None = None
         self.text: int | None = None
-        self.tools: dict[int, int] = {}
+        self.tools: dict[Any, int] = {}  # wire key (index, or id) -> our block index
+        self.last_key: Any = None
         self.finish_reason: str | None = None
         self.refused = False
         self.usage: Usage | None = None
@@ -447,7 +461,7 @@ class _StreamState:
 
     def _feed_tool(self, fragment: Mapping[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
-        wire_index = int(fragment.get("index", 0))
+        wire_index = self._wire_key(fragment)
         function = fragment.get("function") or {}
         if wire_index not in self.tools:
             index, start = self.open(
@@ -472,6 +486,21 @@ class _StreamState:
                 }
             )
         return events
+
+    def _wire_key(self, fragment: Mapping[str, Any]) -> Any:
+        """Which call a fragment belongs to: its ``index``; without one (some compatible
+        servers), a new ``id`` opens a new call and a fragment without ``id`` continues
+        the last one."""
+        if fragment.get("index") is not None:
+            return int(fragment["index"])
+        call_id = fragment.get("id")
+        if call_id:
+            key = ("id", call_id)
+            self.last_key = key
+            return key
+        if self.last_key is None:
+            self.last_key = ("id", "")
+        return self.last_key
 
     def finish(self) -> list[dict[str, Any]]:
         content: list[ContentBlock] = []
@@ -512,6 +541,7 @@ async def _stream_events(
 ) -> AsyncGenerator[dict[str, Any], None]:
     state = _StreamState()
     failure: LLMError | None = None
+    warned = False
     async for event in sse:
         if event.data.strip() == "[DONE]":
             state.done = True
@@ -527,6 +557,11 @@ async def _stream_events(
         if chunk.get("usage"):
             state.usage = parse_usage(chunk["usage"])
         for choice in chunk.get("choices") or []:
+            if (choice.get("index") or 0) != 0:  # n > 1: the first choice is the answer
+                if not warned:
+                    warned = True
+                    logger.warning("%s: the stream has several choices; using choice 0", provider)
+                continue
             for item in state.feed(choice.get("delta") or {}):
                 yield item
             if choice.get("finish_reason"):
