@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, ClassVar, Protocol
 
 import anyio
 import attrs
 import httpx
 
-from ..errors import ConfigError
+from ..errors import ConfigError, LLMError, MalformedResponseError
 from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall
 from ..models._validators import number
 from ._http import HookEmitter, HTTPClient, RetryPolicy, error_from_payload
@@ -38,6 +38,8 @@ __all__ = (
     "ProviderSettings",
     "HTTPProvider",
     "decode_stream_object",
+    "malformed_guard",
+    "text_field",
     "header_value",
     "mount_provider",
 )
@@ -267,6 +269,34 @@ class _ProviderClass(Protocol):
     def __call__(
         self, config: Mapping[str, Any] | None = None, *, hooks: HookEmitter | None = None
     ) -> HTTPProvider: ...
+
+
+_SHAPE_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError)
+
+
+@contextmanager
+def malformed_guard(provider: str, model: str | None, noun: str) -> Iterator[None]:
+    """Turn any error of reading a decoded body (a field of the wrong type, a missing
+    key) into a :class:`MalformedResponseError` naming it; LLMErrors pass as they are.
+    Wrap pure parsing only, never a ``yield``."""
+    try:
+        yield
+    except LLMError:
+        raise
+    except _SHAPE_ERRORS as exc:
+        detail = f"{type(exc).__name__}: {exc}"[:300]
+        msg = f"{provider} sent {noun} that does not have the API's shape ({detail})"
+        raise MalformedResponseError(msg, provider=provider, model=model) from exc
+
+
+def text_field(value: Any, where: str) -> str:
+    """A text field of an answer: a string (None: empty); anything else is malformed."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        msg = f"{where} is {type(value).__name__}, not a string"
+        raise TypeError(msg)
+    return value
 
 
 def decode_stream_object(data: str, *, noun: str, provider: str, model: str) -> dict[str, Any]:

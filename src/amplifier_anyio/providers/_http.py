@@ -39,6 +39,7 @@ from ..errors import (
     InvalidToolCallError,
     LLMError,
     LLMTimeoutError,
+    MalformedResponseError,
     NetworkError,
     NotFoundError,
     ProviderUnavailableError,
@@ -343,15 +344,20 @@ def error_from_status(
     )
 
 
-def decode_tool_arguments(raw: str | None) -> dict[str, Any]:
+def decode_tool_arguments(raw: Any) -> dict[str, Any]:
     """Decode a tool call's JSON arguments.
 
     Empty text means no arguments. Text that is not a JSON object gives
     ``{INVALID_ARGUMENTS_KEY: {"raw": raw, "error": reason}}`` so one bad call cannot
     fail the whole response.
     """
-    if raw is None or not raw.strip():
+    if isinstance(raw, dict):  # some compatible servers send the object itself
+        return raw
+    if raw is None or not str(raw).strip():
         return {}
+    if not isinstance(raw, str):
+        reason = f"expected JSON text, got {type(raw).__name__}"
+        return {INVALID_ARGUMENTS_KEY: {"raw": json.dumps(raw, default=str), "error": reason}}
     try:
         value = json.loads(raw)
     except ValueError as exc:
@@ -528,7 +534,7 @@ class HTTPClient:
             msg = (
                 f"{self.provider} answered HTTP {response.status_code} with a body that is not JSON"
             )
-            raise LLMError(
+            raise MalformedResponseError(
                 msg, provider=self.provider, model=model, status_code=response.status_code
             ) from exc
 

@@ -39,7 +39,9 @@ from ._base import (
     ProviderSettings,
     ProviderSpec,
     decode_stream_object,
+    malformed_guard,
     mount_provider,
+    text_field,
 )
 from ._http import (
     INVALID_ARGUMENTS_KEY,
@@ -149,7 +151,8 @@ class AnthropicProvider(HTTPProvider):
         body = await self.http.request_json(
             "POST", "messages", json_body=payload, model=payload["model"], timeout=request.timeout
         )
-        return parse_message(body)
+        with malformed_guard(self._name, payload["model"], "a message"):
+            return parse_message(body)
 
     def _decode_stream(
         self, sse: AsyncIterator[SSEEvent], model: str
@@ -344,8 +347,15 @@ def parse_message(body: Mapping[str, Any]) -> ChatResponse:
     A ``tool_use`` block that ``max_tokens`` cut off (the last block of a ``max_tokens``
     answer) carries the truncation marker instead of its partial input.
     """
-    content = [block for raw in body.get("content") or [] if (block := _block(raw)) is not None]
-    content = _mark_truncated(content, body.get("stop_reason"), None)
+    if not isinstance(body, Mapping):
+        raise TypeError(f"the body is {type(body).__name__}, not an object")
+    raw_content = body.get("content") or []
+    if not isinstance(raw_content, list):
+        raise TypeError(f"content is {type(raw_content).__name__}, not a list")
+    content = [block for raw in raw_content if (block := _block(raw)) is not None]
+    stop_reason = body.get("stop_reason")
+    text_field(stop_reason, "stop_reason")
+    content = _mark_truncated(content, stop_reason, None)
     calls = [
         ToolCall(id=b.id, name=b.name, arguments=b.input)
         for b in content
@@ -380,21 +390,24 @@ def _mark_truncated(
 def _block(raw: Mapping[str, Any]) -> ContentBlock | None:
     kind = raw.get("type")
     if kind == "text":
-        return TextBlock(text=str(raw.get("text", "")))
+        return TextBlock(text=text_field(raw.get("text"), "a text block"))
     if kind == "thinking":
         return ThinkingBlock(
-            thinking=str(raw.get("thinking", "")),
-            signature=raw.get("signature") or None,
+            thinking=text_field(raw.get("thinking"), "a thinking block"),
+            signature=text_field(raw.get("signature"), "a signature") or None,
             visibility="internal",
         )
     if kind == "redacted_thinking":
-        return RedactedThinkingBlock(data=str(raw.get("data", "")), visibility="internal")
+        data = text_field(raw.get("data"), "a redacted thinking block")
+        return RedactedThinkingBlock(data=data, visibility="internal")
     if kind == "tool_use":
         raw_input = raw.get("input")
+        if raw_input is not None and not isinstance(raw_input, dict):
+            raise TypeError(f"a tool_use input is {type(raw_input).__name__}, not an object")
         return ToolCallBlock(
-            id=str(raw.get("id", "")),
-            name=str(raw.get("name", "")),
-            input=raw_input if isinstance(raw_input, dict) else {},
+            id=text_field(raw.get("id"), "a tool_use id"),
+            name=text_field(raw.get("name"), "a tool_use name"),
+            input=raw_input or {},
         )
     return None  # server tools and future block types are not ours to interpret
 
@@ -516,9 +529,9 @@ class _StreamState:
                 ]
         return []
 
-    def _part(self, index: int, field: str, text: str) -> None:
+    def _part(self, index: int, field: str, text: Any) -> None:
         """Keep a delta; the parts are joined once, when the block stops (linear time)."""
-        self.parts.setdefault((index, field), []).append(text)
+        self.parts.setdefault((index, field), []).append(text_field(text, f"a {field} delta"))
 
     def _stop(self, index: int) -> list[dict[str, Any]]:
         self.stopped_blocks.add(index)
@@ -580,7 +593,13 @@ async def _stream_events(
         except LLMError as exc:
             failure = exc
             break
-        for item in state.handle(data):
+        try:
+            with malformed_guard(provider, model, "a stream event"):
+                items = state.handle(data)
+        except LLMError as exc:
+            failure = exc
+            break
+        for item in items:
             yield item
         if state.stopped:
             break
@@ -593,9 +612,10 @@ async def _stream_events(
             provider=provider,
             model=model,
         )
-    for item in state.close_open_blocks():
+    with malformed_guard(provider, model, "a stream"):
+        items = [*state.close_open_blocks(), {"type": "response", "response": state.response()}]
+    for item in items:
         yield item
-    yield {"type": "response", "response": state.response()}
 
 
 # -- module entry point ---------------------------------------------------------------

@@ -43,7 +43,9 @@ from ._base import (
     ProviderSpec,
     decode_stream_object,
     header_value,
+    malformed_guard,
     mount_provider,
+    text_field,
 )
 from ._http import (
     INVALID_ARGUMENTS_KEY,
@@ -148,7 +150,8 @@ class OpenAIChatProvider(HTTPProvider):
             model=payload["model"],
             timeout=request.timeout,
         )
-        return parse_completion(body, provider=self._name, model=payload["model"])
+        with malformed_guard(self._name, payload["model"], "a completion"):
+            return parse_completion(body, provider=self._name, model=payload["model"])
 
     def _decode_stream(
         self, sse: AsyncIterator[SSEEvent], model: str
@@ -328,6 +331,8 @@ def parse_completion(
     ``refusal``; a tool call cut by the token limit carries the truncation marker.
     Raises :class:`MalformedResponseError` when there is no choice.
     """
+    if not isinstance(body, Mapping):
+        raise TypeError(f"the body is {type(body).__name__}, not an object")
     choices = body.get("choices")
     if not choices:
         msg = f"{provider} answered with no choices (a filtered prompt, or not a completion)"
@@ -345,14 +350,18 @@ def parse_completion(
             id=calls[-1].id, name=calls[-1].name, arguments=truncated_arguments(last, finish)
         )
     content: list[ContentBlock] = []
-    reasoning = message.get("reasoning_content")
+    reasoning = text_field(message.get("reasoning_content"), "reasoning_content")
     if reasoning:
         content.append(ThinkingBlock(thinking=reasoning, visibility="internal"))
-    if message.get("content"):
-        content.append(TextBlock(text=message["content"]))
-    if message.get("refusal"):
-        content.append(TextBlock(text=message["refusal"]))
+    text = _content_text(message.get("content"))
+    if text:
+        content.append(TextBlock(text=text))
+    refusal = text_field(message.get("refusal"), "refusal")
+    if refusal:
+        content.append(TextBlock(text=refusal))
         finish = _refused(finish)
+    if finish is not None and not isinstance(finish, str):
+        raise TypeError(f"finish_reason is {type(finish).__name__}")
     content += [ToolCallBlock(id=c.id, name=c.name, input=c.arguments) for c in calls]
     return ChatResponse(
         content=content,
@@ -363,15 +372,26 @@ def parse_completion(
     )
 
 
+def _content_text(value: Any) -> str:
+    """``message.content``: text, or a list of parts whose text parts are joined."""
+    if isinstance(value, list):
+        return "".join(
+            text_field(part.get("text"), "a content part")
+            for part in value
+            if part.get("type") in ("text", "output_text")
+        )
+    return text_field(value, "content")
+
+
 def _refused(finish: str | None) -> str | None:
     """A refusal ends with ``stop`` on the wire; we say ``refusal`` so it is never silent."""
     return "refusal" if finish in (None, "stop") else finish
 
 
-def _tool_call(call_id: str, function: Mapping[str, Any]) -> ToolCall:
+def _tool_call(call_id: Any, function: Mapping[str, Any]) -> ToolCall:
     return ToolCall(
-        id=call_id,
-        name=str(function.get("name", "")),
+        id=text_field(call_id, "a tool call's id"),
+        name=text_field(function.get("name"), "a tool call's name"),
         arguments=decode_tool_arguments(function.get("arguments")),
     )
 
@@ -424,9 +444,25 @@ class _StreamState:
         event = {"type": "content_block:start", "index": index, "block_type": kind, **fields}
         return index, event
 
+    def chunk(self, chunk: Mapping[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+        """The events of one chunk, and whether it had a choice other than the first."""
+        self.meta = self.meta or _metadata(chunk)
+        if chunk.get("usage"):
+            self.usage = parse_usage(chunk["usage"])
+        events: list[dict[str, Any]] = []
+        several = False
+        for choice in chunk.get("choices") or []:
+            if (choice.get("index") or 0) != 0:  # n > 1: the first choice is the answer
+                several = True
+                continue
+            events += self.feed(choice.get("delta") or {})
+            if choice.get("finish_reason"):
+                self.finish_reason = text_field(choice["finish_reason"], "finish_reason")
+        return events, several
+
     def feed(self, delta: Mapping[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
-        if delta.get("reasoning_content"):
+        if text_field(delta.get("reasoning_content"), "reasoning_content"):
             if self.thinking is None:
                 self.thinking, start = self.open("thinking")
                 events.append(start)
@@ -439,7 +475,7 @@ class _StreamState:
                 }
             )
         for field in ("content", "refusal"):
-            text = delta.get(field)
+            text = text_field(delta.get(field), field)
             if not text:
                 continue
             self.refused = self.refused or field == "refusal"
@@ -553,19 +589,17 @@ async def _stream_events(
         except LLMError as exc:
             failure = exc
             break
-        state.meta = state.meta or _metadata(chunk)
-        if chunk.get("usage"):
-            state.usage = parse_usage(chunk["usage"])
-        for choice in chunk.get("choices") or []:
-            if (choice.get("index") or 0) != 0:  # n > 1: the first choice is the answer
-                if not warned:
-                    warned = True
-                    logger.warning("%s: the stream has several choices; using choice 0", provider)
-                continue
-            for item in state.feed(choice.get("delta") or {}):
-                yield item
-            if choice.get("finish_reason"):
-                state.finish_reason = choice["finish_reason"]
+        try:
+            with malformed_guard(provider, model, "a stream chunk"):
+                items, several = state.chunk(chunk)
+        except LLMError as exc:
+            failure = exc
+            break
+        if several and not warned:
+            warned = True
+            logger.warning("%s: the stream has several choices; using choice 0", provider)
+        for item in items:
+            yield item
     await drain(sse)
     if failure is not None:
         raise failure
@@ -575,7 +609,9 @@ async def _stream_events(
             provider=provider,
             model=model,
         )
-    for item in state.finish():
+    with malformed_guard(provider, model, "a stream"):
+        items = state.finish()
+    for item in items:
         yield item
 
 
