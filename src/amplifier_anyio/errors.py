@@ -28,6 +28,7 @@ Hierarchy::
         │   └── NetworkError
         ├── LLMTimeoutError (+ TimeoutError)
         ├── StreamError
+        ├── MalformedResponseError ........ a 200 answer that is not the API's shape
         └── InvalidToolCallError
 
 Deadlines that are not a provider's raise the builtin :class:`TimeoutError`. Cancellation
@@ -76,6 +77,7 @@ __all__ = (
     "NetworkError",
     "LLMTimeoutError",
     "StreamError",
+    "MalformedResponseError",
     "InvalidToolCallError",
     "unwrap_group",
     "describe",
@@ -291,6 +293,11 @@ class LLMTimeoutError(LLMError, TimeoutError):
 
 class StreamError(LLMError):
     """A streaming response broke off or could not be decoded."""
+
+
+class MalformedResponseError(LLMError):
+    """A successful (HTTP 200) answer whose body does not have the API's shape: not JSON,
+    no choices, a field of the wrong type. The message names what is wrong."""
 
 
 class InvalidToolCallError(LLMError):

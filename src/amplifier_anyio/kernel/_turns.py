@@ -17,7 +17,9 @@ class TurnStatus(enum.StrEnum):
     SUCCESS = "success"
     """The model gave its final answer."""
     INCOMPLETE = "incomplete"
-    """The iteration limit was reached (the text is the model's wrap-up) or a hook denied."""
+    """The iteration limit was reached (the text is the model's wrap-up), a hook denied, or
+    the final answer was cut by the token limit, refused or filtered (``finish_reason``
+    says which)."""
     ERROR = "error"
     """A provider or module failed; ``TurnResult.error`` holds the exception."""
     CANCELLED = "cancelled"

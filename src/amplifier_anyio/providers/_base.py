@@ -11,25 +11,36 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, ClassVar, Protocol
 
 import anyio
 import attrs
 import httpx
 
+from ..errors import ConfigError, LLMError, MalformedResponseError
 from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall
+from ..models._validators import number
 from ._http import HookEmitter, HTTPClient, RetryPolicy, error_from_payload
 from ._sse import SSEEvent
 
 _CLOSE_TIMEOUT = 5.0  # seconds closing the HTTP client of a failed mount may take
+DEFAULT_TIMEOUT = 600.0
+"""Seconds one whole response may take: headers, body, every event of a stream."""
+DEFAULT_IDLE_TIMEOUT = 300.0
+"""Seconds a stream may stay silent (no byte of a new line) before it is given up."""
 
 __all__ = (
+    "DEFAULT_TIMEOUT",
+    "DEFAULT_IDLE_TIMEOUT",
     "ProviderSpec",
     "ProviderSettings",
     "HTTPProvider",
     "decode_stream_object",
+    "malformed_guard",
+    "text_field",
+    "header_value",
     "mount_provider",
 )
 
@@ -55,8 +66,13 @@ class ProviderSpec:
         return f"{self.env_prefix}_API_KEY"
 
     def api_key(self, cfg: Mapping[str, Any]) -> str:
-        """The key from config, else the environment, else empty."""
-        return str(cfg.get("api_key") or os.environ.get(self.api_key_env) or "")
+        """The key from config, else the environment, else empty; surrounding whitespace
+        (a trailing newline from a file) is stripped, and a key with whitespace or a
+        control character inside is refused with a :class:`ConfigError` that does not
+        repeat it."""
+        if cfg.get("api_key"):
+            return header_value(cfg["api_key"], "api_key")
+        return header_value(os.environ.get(self.api_key_env) or "", self.api_key_env)
 
     def base_url_of(self, cfg: Mapping[str, Any]) -> str:
         """The base URL from config, else the environment, else the default."""
@@ -102,6 +118,29 @@ class ProviderSpec:
         ]
 
 
+def header_value(value: Any, key: str) -> str:
+    """``value`` stripped, as it may go into an HTTP header; one with whitespace, a control
+    character or a non-Latin-1 character inside is a :class:`ConfigError` naming ``key``
+    (never the value: it may be a credential)."""
+    text = str(value).strip()
+    for char in text:
+        if char.isspace() or ord(char) < 32 or ord(char) == 127 or ord(char) > 255:
+            msg = (
+                f"{key}: contains whitespace or a control character inside "
+                "(the value is not shown); it cannot be sent as an HTTP header"
+            )
+            raise ConfigError(msg)
+    return text
+
+
+def _retry_policy(cfg: Mapping[str, Any]) -> RetryPolicy:
+    try:
+        return RetryPolicy.from_config(cfg)
+    except (TypeError, ValueError) as exc:
+        msg = f"retry settings: {exc}"
+        raise ConfigError(msg) from exc
+
+
 def _first(cfg: Mapping[str, Any], keys: tuple[str, ...], default: Any) -> Any:
     for key in keys:
         if key in cfg:
@@ -117,26 +156,29 @@ class ProviderSettings:
     api_key: str = attrs.field(repr=False)
     base_url: str
     model: str
-    priority: int
-    context_window: int
-    max_output_tokens: int
-    timeout: float
+    priority: int = attrs.field(validator=number(minimum=0, exclusive=False, integer=True))
+    context_window: int = attrs.field(validator=number(integer=True))
+    max_output_tokens: int = attrs.field(validator=number(integer=True))
+    timeout: float = attrs.field(validator=number())
+    idle_timeout: float | None = attrs.field(validator=number(optional=True))
     retry: RetryPolicy
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], spec: ProviderSpec) -> ProviderSettings:
         """Read ``name``, ``api_key``, ``base_url``, ``model``, ``priority``,
-        ``context_window``, the output limit, ``timeout`` and the retry keys."""
+        ``context_window``, the output limit, ``timeout``, ``idle_timeout`` and the retry
+        keys; a bad number is a :class:`ConfigError` naming its key."""
         return cls(
             name=str(cfg.get("name") or cfg.get("instance_id") or spec.id),
             api_key=spec.api_key(cfg),
             base_url=spec.base_url_of(cfg),
             model=str(cfg.get("model") or cfg.get("default_model") or spec.model),
-            priority=int(cfg.get("priority", 100)),
-            context_window=int(cfg.get("context_window", spec.context_window)),
-            max_output_tokens=int(_first(cfg, spec.max_output_keys, spec.max_output_tokens)),
-            timeout=float(cfg.get("timeout", 600.0)),
-            retry=RetryPolicy.from_config(cfg),
+            priority=cfg.get("priority", 100),
+            context_window=cfg.get("context_window", spec.context_window),
+            max_output_tokens=_first(cfg, spec.max_output_keys, spec.max_output_tokens),
+            timeout=cfg.get("timeout", DEFAULT_TIMEOUT),
+            idle_timeout=cfg.get("idle_timeout", DEFAULT_IDLE_TIMEOUT),
+            retry=_retry_policy(cfg),
         )
 
     def client(
@@ -155,6 +197,7 @@ class ProviderSettings:
             headers=headers,
             secrets=(self.api_key,),
             timeout=self.timeout,
+            idle_timeout=self.idle_timeout,
             retry=self.retry,
             hooks=hooks,
             transport=transport,
@@ -227,6 +270,34 @@ class _ProviderClass(Protocol):
     def __call__(
         self, config: Mapping[str, Any] | None = None, *, hooks: HookEmitter | None = None
     ) -> HTTPProvider: ...
+
+
+_SHAPE_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError)
+
+
+@contextmanager
+def malformed_guard(provider: str, model: str | None, noun: str) -> Iterator[None]:
+    """Turn any error of reading a decoded body (a field of the wrong type, a missing
+    key) into a :class:`MalformedResponseError` naming it; LLMErrors pass as they are.
+    Wrap pure parsing only, never a ``yield``."""
+    try:
+        yield
+    except LLMError:
+        raise
+    except _SHAPE_ERRORS as exc:
+        detail = f"{type(exc).__name__}: {exc}"[:300]
+        msg = f"{provider} sent {noun} that does not have the API's shape ({detail})"
+        raise MalformedResponseError(msg, provider=provider, model=model) from exc
+
+
+def text_field(value: Any, where: str) -> str:
+    """A text field of an answer: a string (None: empty); anything else is malformed."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        msg = f"{where} is {type(value).__name__}, not a string"
+        raise TypeError(msg)
+    return value
 
 
 def decode_stream_object(data: str, *, noun: str, provider: str, model: str) -> dict[str, Any]:

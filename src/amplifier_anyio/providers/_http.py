@@ -21,6 +21,7 @@ import logging
 import math
 import random
 import time
+import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final, Protocol
@@ -38,6 +39,7 @@ from ..errors import (
     InvalidToolCallError,
     LLMError,
     LLMTimeoutError,
+    MalformedResponseError,
     NetworkError,
     NotFoundError,
     ProviderUnavailableError,
@@ -62,7 +64,10 @@ __all__ = (
     "INVALID_ARGUMENTS_KEY",
     "decode_tool_arguments",
     "invalid_tool_call",
+    "TRUNCATING_FINISH_REASONS",
+    "truncated_arguments",
     "redact",
+    "leaks",
 )
 
 logger = logging.getLogger(__name__)
@@ -70,7 +75,7 @@ logger = logging.getLogger(__name__)
 RETRYABLE_STATUS_CODES: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 """Statuses worth repeating; any other 5xx is retried too (see :func:`error_from_status`)."""
 
-_DRAIN_TIMEOUT: Final = 2.0  # a server should end the body right after its last event
+_DRAIN_TIMEOUT: Final = 0.0  # after the last event nothing is waited for
 _CLOSE_TIMEOUT: Final = 5.0  # httpx aclose can hang on half-closed sockets; never wait longer
 _MAX_MESSAGE: Final = 500
 _MASK: Final = "***"
@@ -125,12 +130,65 @@ class RetryPolicy:
         return max(base, retry_after or 0.0)
 
 
+_PARTIAL: Final = 12  # a run this long of a secret's text is masked wherever it appears
+
+
+def _forms(secret: str) -> list[str]:
+    """Every spelling of ``secret`` an error message may carry: as is, JSON- or
+    repr-escaped, as escaped bytes, percent-encoded."""
+    forms = [
+        secret,
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        repr(secret)[1:-1],
+        repr(secret.encode("utf-8", "backslashreplace"))[2:-1],
+        urllib.parse.quote(secret, safe=""),
+        urllib.parse.quote_plus(secret),
+    ]
+    return [form for form in dict.fromkeys(forms) if form]
+
+
+def _mask_runs(text: str, form: str) -> str:
+    """``text`` with every run of at least ``_PARTIAL`` characters of ``form`` masked
+    (a secret printed in part, or cut by a length limit, is still a secret)."""
+    size = min(len(form), _PARTIAL)
+    covered = bytearray(len(text))
+    for start in range(len(form) - size + 1):
+        window = form[start : start + size]
+        at = text.find(window)
+        while at != -1:
+            covered[at : at + size] = b"\x01" * size
+            at = text.find(window, at + 1)
+    if not any(covered):
+        return text
+    pieces: list[str] = []
+    index = 0
+    while index < len(text):
+        if covered[index]:
+            while index < len(text) and covered[index]:
+                index += 1
+            pieces.append(_MASK)
+        else:
+            end = covered.find(1, index)
+            end = len(text) if end == -1 else end
+            pieces.append(text[index:end])
+            index = end
+    return "".join(pieces)
+
+
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret replaced by ``***``."""
+    """``text`` with every secret replaced by ``***``: in any escaped, quoted or
+    percent-encoded form, and any run of 12 or more of its characters (a key printed in
+    part)."""
     for secret in secrets:
-        if secret:
-            text = text.replace(secret, _MASK)
+        for form in _forms(secret) if secret else ():
+            text = _mask_runs(text, form)
     return text
+
+
+def leaks(text: str, secrets: Iterable[str]) -> bool:
+    """Whether ``text`` repeats a secret in any form :func:`redact` masks."""
+    return redact(text, secrets) != text
 
 
 def parse_retry_after(headers: Mapping[str, str], now: float) -> float | None:
@@ -190,6 +248,16 @@ _CONTEXT_HINTS: Final = (
 )
 _FILTER_HINTS: Final = ("content_filter", "content_policy", "content policy", "safety system")
 _QUOTA_HINTS: Final = ("insufficient_quota", "quota", "billing", "credit balance")
+_VALIDATION_HINTS: Final = (
+    "validation error",
+    "validationerror",
+    "invalid_request_error",
+    "field required",
+    "input should be",
+    "extra inputs are not permitted",
+    "unprocessable",
+)
+"""Words of a request the server could not read: a 5xx saying so will fail again."""
 
 
 def _classify(
@@ -215,6 +283,9 @@ def _classify(
         return ContextLengthError, False
     if any(hint in text for hint in _FILTER_HINTS):
         return ContentFilterError, False
+    if any(hint in text for hint in _VALIDATION_HINTS):
+        # llama.cpp-style servers answer 500 to a request body they cannot validate
+        return InvalidRequestError, False
     if kind in ("api_error", "server_error") or (
         status is not None and (status == 409 or status >= 500)
     ):
@@ -273,15 +344,20 @@ def error_from_status(
     )
 
 
-def decode_tool_arguments(raw: str | None) -> dict[str, Any]:
+def decode_tool_arguments(raw: Any) -> dict[str, Any]:
     """Decode a tool call's JSON arguments.
 
     Empty text means no arguments. Text that is not a JSON object gives
     ``{INVALID_ARGUMENTS_KEY: {"raw": raw, "error": reason}}`` so one bad call cannot
     fail the whole response.
     """
-    if raw is None or not raw.strip():
+    if isinstance(raw, dict):  # some compatible servers send the object itself
+        return raw
+    if raw is None or not str(raw).strip():
         return {}
+    if not isinstance(raw, str):
+        reason = f"expected JSON text, got {type(raw).__name__}"
+        return {INVALID_ARGUMENTS_KEY: {"raw": json.dumps(raw, default=str), "error": reason}}
     try:
         value = json.loads(raw)
     except ValueError as exc:
@@ -290,6 +366,20 @@ def decode_tool_arguments(raw: str | None) -> dict[str, Any]:
         reason = f"expected a JSON object, got {type(value).__name__}"
         return {INVALID_ARGUMENTS_KEY: {"raw": raw, "error": reason}}
     return value
+
+
+TRUNCATING_FINISH_REASONS: Final = frozenset({"length", "max_tokens"})
+"""Finish reasons that mean the output token limit cut the answer."""
+
+
+def truncated_arguments(raw: str, finish_reason: str) -> dict[str, Any]:
+    """The arguments of a tool call the output token limit cut off: the invalid-arguments
+    marker naming the truncation, so the call becomes an error result, never a call."""
+    reason = (
+        f"the call was cut off by the output token limit (finish reason {finish_reason!r}) "
+        "before its arguments were complete; ask for less output or raise the limit"
+    )
+    return {INVALID_ARGUMENTS_KEY: {"raw": raw, "error": reason}}
 
 
 def invalid_tool_call(
@@ -311,6 +401,15 @@ def invalid_tool_call(
 def _transport_error(
     exc: Exception, *, provider: str, model: str | None, secrets: Iterable[str]
 ) -> LLMError:
+    if isinstance(exc, httpx.LocalProtocolError):
+        # The request itself is not valid HTTP, almost always a header value with a
+        # newline or a control character: sending it again cannot help, and the
+        # library's message repeats the value, which may be a credential.
+        text = (
+            f"{provider}: the request could not be sent: a header value is not valid HTTP "
+            "(whitespace or a control character in an api key or a header?)"
+        )
+        return InvalidRequestError(text, provider=provider, model=model, retryable=False)
     detail = redact(str(exc) or type(exc).__name__, secrets)
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         cls: type[LLMError] = LLMTimeoutError
@@ -331,11 +430,13 @@ async def _close(resource: httpx.Response | AsyncGenerator[Any, None]) -> None:
 
 
 async def drain(events: AsyncIterator[Any], timeout: float = _DRAIN_TIMEOUT) -> None:
-    """Read what is left of a stream after its last meaningful event, within ``timeout``.
+    """Finish a stream after its last meaningful event, waiting at most ``timeout`` (by
+    default not at all: a server may keep the connection open after ``[DONE]``).
 
-    Reading to the end lets every async generator under the stream (ours and httpx's)
-    finish normally instead of being left to the garbage collector, which trio reports
-    as a ResourceWarning. A failure while draining changes nothing: the answer is whole.
+    The cancel at the first checkpoint past ``timeout`` runs through every async
+    generator under the stream (ours and httpx's), so each finishes instead of being left
+    to the garbage collector, which trio reports as a ResourceWarning. A failure while
+    draining changes nothing: the answer is whole.
     """
     with anyio.move_on_after(timeout):
         try:
@@ -362,7 +463,10 @@ class HTTPClient:
     """One provider's connection to its API, with retries and error mapping.
 
     ``headers`` may carry credentials; list them in ``secrets`` too, so they are masked
-    wherever text from the server or the transport is repeated. ``sleep`` and
+    wherever text from the server or the transport is repeated. ``timeout`` bounds a
+    whole response — headers, body and every event of a stream — from the start of its
+    attempt; ``idle_timeout`` (None: no bound of its own) bounds the wait for each piece
+    of a stream. Either raises :class:`LLMTimeoutError`. ``sleep`` and
     ``wall_time`` exist for tests (virtual time, fixed dates).
     """
 
@@ -374,6 +478,7 @@ class HTTPClient:
         headers: Mapping[str, str],
         secrets: Iterable[str] = (),
         timeout: float = 600.0,
+        idle_timeout: float | None = None,
         retry: RetryPolicy | None = None,
         hooks: HookEmitter | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -383,6 +488,7 @@ class HTTPClient:
     ) -> None:
         self.provider = provider
         self.timeout = timeout
+        self.idle_timeout = idle_timeout
         self.retry = retry or RetryPolicy()
         self.hooks = hooks
         self._secrets = tuple(s for s in secrets if s)
@@ -421,14 +527,14 @@ class HTTPClient:
     ) -> Any:
         """Send a request (with retries) and return its decoded JSON body."""
         call = _Call(method, path, json_body=json_body, params=params, model=model, timeout=timeout)
-        response = await self._send(call)
+        response, _ = await self._send(call)
         try:
             return json.loads(response.content)
         except ValueError as exc:
             msg = (
                 f"{self.provider} answered HTTP {response.status_code} with a body that is not JSON"
             )
-            raise LLMError(
+            raise MalformedResponseError(
                 msg, provider=self.provider, model=model, status_code=response.status_code
             ) from exc
 
@@ -448,8 +554,8 @@ class HTTPClient:
         is left, closes the response.
         """
         call = _Call("POST", path, json_body=json_body, model=model, timeout=timeout, stream=True)
-        response = await self._send(call)
-        events = self._events(response, model)
+        response, until = await self._send(call)
+        events = self._events(response, model, until)
         try:
             yield events
         finally:
@@ -457,27 +563,64 @@ class HTTPClient:
             await _close(response)
 
     async def _events(
-        self, response: httpx.Response, model: str | None
+        self, response: httpx.Response, model: str | None, until: float
     ) -> AsyncGenerator[SSEEvent, None]:
+        """The response's events; each wait for a line is bounded by the response's
+        deadline ``until`` and by the idle timeout (the scope never spans a ``yield``)."""
         decoder = SSEDecoder()
-        try:
-            async for line in response.aiter_lines():
-                event = decoder.feed(line)
-                if event is not None:
-                    yield event
-            event = decoder.flush()
+        lines = response.aiter_lines()
+        failure: LLMError | None = None
+        while failure is None:
+            limit = until
+            if self.idle_timeout is not None:
+                limit = min(limit, anyio.current_time() + self.idle_timeout)
+            try:
+                with anyio.fail_after(max(0.0, limit - anyio.current_time())):
+                    line = await anext(lines)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                failure = self._stream_timeout(model, idle=limit < until)
+                break
+            except httpx.TimeoutException as exc:
+                error = _transport_error(
+                    exc, provider=self.provider, model=model, secrets=self._secrets
+                )
+                failure = self._chained(error, exc)
+                break
+            except httpx.HTTPError as exc:
+                detail = redact(str(exc) or type(exc).__name__, self._secrets)
+                msg = f"the {self.provider} stream broke off: {detail}"
+                error = StreamError(msg, provider=self.provider, model=model, retryable=True)
+                failure = self._chained(error, exc)
+                break
+            event = decoder.feed(line)
             if event is not None:
                 yield event
-        except httpx.TimeoutException as exc:
-            raise _transport_error(
-                exc, provider=self.provider, model=model, secrets=self._secrets
-            ) from exc
-        except httpx.HTTPError as exc:
-            detail = redact(str(exc) or type(exc).__name__, self._secrets)
-            msg = f"the {self.provider} stream broke off: {detail}"
-            raise StreamError(msg, provider=self.provider, model=model, retryable=True) from exc
+        if failure is not None:
+            raise failure
+        event = decoder.flush()
+        if event is not None:
+            yield event
 
-    async def _send(self, call: _Call) -> httpx.Response:
+    def _stream_timeout(self, model: str | None, *, idle: bool) -> LLMTimeoutError:
+        if idle:
+            text = f"{self.provider} sent nothing for {self.idle_timeout} s (idle_timeout)"
+        else:
+            text = f"{self.provider} did not finish its response within {self.timeout} s"
+        return LLMTimeoutError(text, provider=self.provider, model=model, retryable=True)
+
+    def _chained(self, error: LLMError, cause: Exception) -> LLMError:
+        """``error`` with ``cause`` as its ``__cause__`` — unless the cause's text repeats
+        a secret (or may: an invalid header). Then the error stands alone, and the caller
+        raises it outside its ``except`` block, so no traceback, log or walk of the chain
+        can reach the secret."""
+        if not (isinstance(cause, httpx.LocalProtocolError) or leaks(str(cause), self._secrets)):
+            error.__cause__ = cause
+        return error
+
+    async def _send(self, call: _Call) -> tuple[httpx.Response, float]:
+        """The successful response and the deadline of the attempt that got it."""
         started = anyio.current_time()
         attempt = 0
         while True:
@@ -491,8 +634,9 @@ class HTTPClient:
                 await self._announce_retry(attempt, delay, exc)
                 await self._sleep(delay)
 
-    async def _attempt(self, call: _Call) -> httpx.Response:
+    async def _attempt(self, call: _Call) -> tuple[httpx.Response, float]:
         deadline = call.timeout if call.timeout is not None else self.timeout
+        until = anyio.current_time() + deadline
         request = self._client.build_request(
             call.method,
             call.path.lstrip("/"),
@@ -500,8 +644,9 @@ class HTTPClient:
             params=call.params,
             timeout=deadline,
         )
+        failure: LLMError | None = None
         try:
-            with anyio.fail_after(deadline):
+            with anyio.fail_at(until):
                 response = await self._client.send(request, stream=True)
                 try:
                     if not (call.stream and response.is_success):
@@ -510,11 +655,14 @@ class HTTPClient:
                     await _close(response)
                     raise
         except (httpx.RequestError, TimeoutError) as exc:
-            raise _transport_error(
+            error = _transport_error(
                 exc, provider=self.provider, model=call.model, secrets=self._secrets
-            ) from exc
+            )
+            failure = self._chained(error, exc)
+        if failure is not None:
+            raise failure
         if response.is_success:
-            return response
+            return response, until
         raise error_from_status(
             response,
             provider=self.provider,

@@ -39,9 +39,19 @@ from ._base import (
     ProviderSettings,
     ProviderSpec,
     decode_stream_object,
+    malformed_guard,
     mount_provider,
+    text_field,
 )
-from ._http import HookEmitter, decode_tool_arguments, drain, error_from_payload
+from ._http import (
+    INVALID_ARGUMENTS_KEY,
+    TRUNCATING_FINISH_REASONS,
+    HookEmitter,
+    decode_tool_arguments,
+    drain,
+    error_from_payload,
+    truncated_arguments,
+)
 from ._sse import SSEEvent
 
 __all__ = (
@@ -141,7 +151,8 @@ class AnthropicProvider(HTTPProvider):
         body = await self.http.request_json(
             "POST", "messages", json_body=payload, model=payload["model"], timeout=request.timeout
         )
-        return parse_message(body)
+        with malformed_guard(self._name, payload["model"], "a message"):
+            return parse_message(body)
 
     def _decode_stream(
         self, sse: AsyncIterator[SSEEvent], model: str
@@ -273,16 +284,26 @@ def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
             blocks.append({"type": "text", "text": block.text})
         elif isinstance(block, ToolCallBlock) and block.id not in seen:
             seen.add(block.id)
-            blocks.append(
-                {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-            )
+            blocks.append(_tool_use(block.id, block.name, block.input))
     for call in message.tool_calls or []:
         if call.id not in seen:
             seen.add(call.id)
-            blocks.append(
-                {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
-            )
+            blocks.append(_tool_use(call.id, call.name, call.arguments))
     return blocks
+
+
+def _tool_use(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A ``tool_use`` block; a call whose arguments could not be decoded goes back with the
+    object the model's text holds, if any, else ``{}`` (the API takes only an object; our
+    marker is never sent)."""
+    marker = arguments.get(INVALID_ARGUMENTS_KEY)
+    if isinstance(marker, dict):
+        try:
+            value = json.loads(str(marker.get("raw") or ""))
+        except ValueError:
+            value = None
+        arguments = value if isinstance(value, dict) else {}
+    return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
 
 
 def _tool_result(tool_use_id: str, output: Any) -> dict[str, Any]:
@@ -321,8 +342,20 @@ def _wire_tool_choice(choice: str | dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_message(body: Mapping[str, Any]) -> ChatResponse:
-    """A ``message`` object as our ChatResponse."""
-    content = [block for raw in body.get("content") or [] if (block := _block(raw)) is not None]
+    """A ``message`` object as our ChatResponse.
+
+    A ``tool_use`` block that ``max_tokens`` cut off (the last block of a ``max_tokens``
+    answer) carries the truncation marker instead of its partial input.
+    """
+    if not isinstance(body, Mapping):
+        raise TypeError(f"the body is {type(body).__name__}, not an object")
+    raw_content = body.get("content") or []
+    if not isinstance(raw_content, list):
+        raise TypeError(f"content is {type(raw_content).__name__}, not a list")
+    content = [block for raw in raw_content if (block := _block(raw)) is not None]
+    stop_reason = body.get("stop_reason")
+    text_field(stop_reason, "stop_reason")
+    content = _mark_truncated(content, stop_reason, None)
     calls = [
         ToolCall(id=b.id, name=b.name, arguments=b.input)
         for b in content
@@ -337,24 +370,44 @@ def parse_message(body: Mapping[str, Any]) -> ChatResponse:
     )
 
 
+def _mark_truncated(
+    content: list[ContentBlock], stop_reason: Any, raw: str | None
+) -> list[ContentBlock]:
+    """``content`` with a last ``tool_use`` cut by ``max_tokens`` marked as truncated;
+    ``raw`` is its partial JSON when known (a stream), else its input as JSON."""
+    if stop_reason not in TRUNCATING_FINISH_REASONS or not content:
+        return content
+    last = content[-1]
+    if not isinstance(last, ToolCallBlock):
+        return content
+    text = raw if raw is not None else json.dumps(last.input)
+    marked = ToolCallBlock(
+        id=last.id, name=last.name, input=truncated_arguments(text, str(stop_reason))
+    )
+    return [*content[:-1], marked]
+
+
 def _block(raw: Mapping[str, Any]) -> ContentBlock | None:
     kind = raw.get("type")
     if kind == "text":
-        return TextBlock(text=str(raw.get("text", "")))
+        return TextBlock(text=text_field(raw.get("text"), "a text block"))
     if kind == "thinking":
         return ThinkingBlock(
-            thinking=str(raw.get("thinking", "")),
-            signature=raw.get("signature") or None,
+            thinking=text_field(raw.get("thinking"), "a thinking block"),
+            signature=text_field(raw.get("signature"), "a signature") or None,
             visibility="internal",
         )
     if kind == "redacted_thinking":
-        return RedactedThinkingBlock(data=str(raw.get("data", "")), visibility="internal")
+        data = text_field(raw.get("data"), "a redacted thinking block")
+        return RedactedThinkingBlock(data=data, visibility="internal")
     if kind == "tool_use":
         raw_input = raw.get("input")
+        if raw_input is not None and not isinstance(raw_input, dict):
+            raise TypeError(f"a tool_use input is {type(raw_input).__name__}, not an object")
         return ToolCallBlock(
-            id=str(raw.get("id", "")),
-            name=str(raw.get("name", "")),
-            input=raw_input if isinstance(raw_input, dict) else {},
+            id=text_field(raw.get("id"), "a tool_use id"),
+            name=text_field(raw.get("name"), "a tool_use name"),
+            input=raw_input or {},
         )
     return None  # server tools and future block types are not ours to interpret
 
@@ -406,7 +459,10 @@ class _StreamState:
         self.usage: dict[str, Any] = {}
         self.blocks: dict[int, dict[str, Any]] = {}
         self.json_parts: dict[int, list[str]] = {}
+        self.parts: dict[tuple[int, str], list[str]] = {}
         self.finished: list[ContentBlock] = []
+        self.stopped_blocks: set[int] = set()
+        self.last_json: str | None = None  # the raw input of the last finished block
         self.stopped = False
 
     def handle(self, data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -442,10 +498,10 @@ class _StreamState:
         return [event]
 
     def _delta(self, index: int, delta: Mapping[str, Any]) -> list[dict[str, Any]]:
-        block = self.blocks.setdefault(index, {"type": "text", "text": ""})
+        self.blocks.setdefault(index, {"type": "text", "text": ""})
         kind = delta.get("type")
         if kind == "text_delta":
-            block["text"] = block.get("text", "") + delta.get("text", "")
+            self._part(index, "text", delta.get("text", ""))
             return [
                 {
                     "type": "content_block:delta",
@@ -455,10 +511,10 @@ class _StreamState:
                 }
             ]
         if kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+            self._part(index, "thinking", delta.get("thinking", ""))
             return [{"type": "thinking:delta", "index": index, "delta": delta.get("thinking", "")}]
         if kind == "signature_delta":
-            block["signature"] = block.get("signature", "") + delta.get("signature", "")
+            self._part(index, "signature", delta.get("signature", ""))
         elif kind == "input_json_delta":
             part = delta.get("partial_json", "")
             self.json_parts.setdefault(index, []).append(part)
@@ -473,12 +529,23 @@ class _StreamState:
                 ]
         return []
 
+    def _part(self, index: int, field: str, text: Any) -> None:
+        """Keep a delta; the parts are joined once, when the block stops (linear time)."""
+        self.parts.setdefault((index, field), []).append(text_field(text, f"a {field} delta"))
+
     def _stop(self, index: int) -> list[dict[str, Any]]:
+        self.stopped_blocks.add(index)
         raw = self.blocks.get(index, {})
+        for field in ("text", "thinking", "signature"):
+            parts = self.parts.pop((index, field), None)
+            if parts:
+                raw[field] = str(raw.get(field) or "") + "".join(parts)
+        self.last_json = None
         if raw.get("type") == "tool_use":
             parts = self.json_parts.get(index) or []
+            self.last_json = "".join(parts) if parts else None
             raw["input"] = (
-                decode_tool_arguments("".join(parts)) if parts else raw.get("input") or {}
+                decode_tool_arguments(self.last_json) if parts else raw.get("input") or {}
             )
         block = _block(raw)
         if block is None:
@@ -486,14 +553,24 @@ class _StreamState:
         self.finished.append(block)
         return [{"type": "content_block:end", "index": index, "block": block}]
 
+    def close_open_blocks(self) -> list[dict[str, Any]]:
+        """Finish the blocks a truncated stream started and never stopped (a tool call cut
+        by ``max_tokens`` is kept, marked, instead of being lost)."""
+        events: list[dict[str, Any]] = []
+        for index in sorted(set(self.blocks) - self.stopped_blocks):
+            events += self._stop(index)
+        return events
+
     def response(self) -> ChatResponse:
+        stop_reason = self.message.get("stop_reason")
+        content = _mark_truncated(self.finished, stop_reason, self.last_json)
         calls = [
             ToolCall(id=b.id, name=b.name, arguments=b.input)
-            for b in self.finished
+            for b in content
             if isinstance(b, ToolCallBlock)
         ]
         return ChatResponse(
-            content=list(self.finished),
+            content=content,
             tool_calls=calls or None,
             usage=parse_usage(self.usage),
             finish_reason=self.message.get("stop_reason"),
@@ -507,6 +584,8 @@ async def _stream_events(
     state = _StreamState()
     failure: LLMError | None = None
     async for event in sse:
+        if event.event == "ping":
+            continue
         try:
             data = decode_stream_object(event.data, noun="event", provider=provider, model=model)
             if data.get("type") == "error" or event.event == "error":
@@ -514,7 +593,13 @@ async def _stream_events(
         except LLMError as exc:
             failure = exc
             break
-        for item in state.handle(data):
+        try:
+            with malformed_guard(provider, model, "a stream event"):
+                items = state.handle(data)
+        except LLMError as exc:
+            failure = exc
+            break
+        for item in items:
             yield item
         if state.stopped:
             break
@@ -527,7 +612,10 @@ async def _stream_events(
             provider=provider,
             model=model,
         )
-    yield {"type": "response", "response": state.response()}
+    with malformed_guard(provider, model, "a stream"):
+        items = [*state.close_open_blocks(), {"type": "response", "response": state.response()}]
+    for item in items:
+        yield item
 
 
 # -- module entry point ---------------------------------------------------------------

@@ -13,12 +13,13 @@ reasons are reported as the server gives them.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final
 
 import httpx
 
-from ..errors import LLMError
+from ..errors import ConfigError, LLMError, MalformedResponseError
 from ..models import (
     ChatRequest,
     ChatResponse,
@@ -41,9 +42,20 @@ from ._base import (
     ProviderSettings,
     ProviderSpec,
     decode_stream_object,
+    header_value,
+    malformed_guard,
     mount_provider,
+    text_field,
 )
-from ._http import HookEmitter, decode_tool_arguments, drain, error_from_payload
+from ._http import (
+    INVALID_ARGUMENTS_KEY,
+    TRUNCATING_FINISH_REASONS,
+    HookEmitter,
+    decode_tool_arguments,
+    drain,
+    error_from_payload,
+    truncated_arguments,
+)
 from ._sse import SSEEvent
 
 __all__ = (
@@ -55,6 +67,8 @@ __all__ = (
     "DEFAULT_BASE_URL",
     "DEFAULT_MODEL",
 )
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 DEFAULT_MODEL: Final = "gpt-4o"
@@ -99,12 +113,13 @@ class OpenAIChatProvider(HTTPProvider):
         self.max_tokens_field = str(cfg.get("max_tokens_field", "max_completion_tokens"))
         self.temperature: float | None = cfg.get("temperature")
         self.reasoning_effort: str | None = cfg.get("reasoning_effort")
+        self.assistant_tool_content = _tool_content(cfg.get("assistant_tool_content", ""))
         headers = {"accept": "application/json"}
         if settings.api_key:
             headers["authorization"] = f"Bearer {settings.api_key}"
         for key, header in (("organization", "openai-organization"), ("project", "openai-project")):
             if cfg.get(key):
-                headers[header] = str(cfg[key])
+                headers[header] = header_value(cfg[key], key)
         http = settings.client(headers, hooks=hooks, transport=transport, **http_options)
         super().__init__(settings, http)
 
@@ -135,7 +150,8 @@ class OpenAIChatProvider(HTTPProvider):
             model=payload["model"],
             timeout=request.timeout,
         )
-        return parse_completion(body)
+        with malformed_guard(self._name, payload["model"], "a completion"):
+            return parse_completion(body, provider=self._name, model=payload["model"])
 
     def _decode_stream(
         self, sse: AsyncIterator[SSEEvent], model: str
@@ -145,7 +161,8 @@ class OpenAIChatProvider(HTTPProvider):
     def build_payload(self, request: ChatRequest, *, stream: bool, **kwargs: Any) -> dict[str, Any]:
         """The JSON body for ``request`` (public so callers can inspect what is sent)."""
         model = request.model or self.model
-        payload: dict[str, Any] = {"model": model, "messages": to_wire_messages(request.messages)}
+        messages = to_wire_messages(request.messages, tool_content=self.assistant_tool_content)
+        payload: dict[str, Any] = {"model": model, "messages": messages}
         if request.tools:
             payload["tools"] = [_wire_tool(tool) for tool in request.tools]
             if request.tool_choice is not None:
@@ -171,13 +188,27 @@ class OpenAIChatProvider(HTTPProvider):
 # -- request conversion ---------------------------------------------------------------
 
 
-def to_wire_messages(messages: list[Message] | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Our messages (models or plain dicts) as Chat Completions messages."""
+def _tool_content(value: Any) -> str | None:
+    if value is None or value == "":
+        return value  # type: ignore[no-any-return]
+    msg = f'assistant_tool_content: must be "" or null, got {value!r}'
+    raise ConfigError(msg)
+
+
+def to_wire_messages(
+    messages: list[Message] | list[dict[str, Any]], *, tool_content: str | None = ""
+) -> list[dict[str, Any]]:
+    """Our messages (models or plain dicts) as Chat Completions messages.
+
+    ``tool_content`` is the ``content`` of an assistant message that has tool calls and no
+    text: ``""`` by default (llama.cpp's server answers 500 to ``null`` and to a missing
+    content), ``None`` for a server that wants ``null``.
+    """
     wire: list[dict[str, Any]] = []
     for item in messages:
         message = item if isinstance(item, Message) else structure(item, Message)
         if message.role == "assistant":
-            wire.append(_wire_assistant(message))
+            wire.append(_wire_assistant(message, tool_content))
         elif message.role == "tool":
             wire.append(_wire_tool_result(message.tool_call_id or "", message.content))
         else:
@@ -221,7 +252,7 @@ def _wire_part(block: TextBlock | ImageBlock) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _wire_assistant(message: Message) -> dict[str, Any]:
+def _wire_assistant(message: Message, tool_content: str | None) -> dict[str, Any]:
     """Text plus tool calls; thinking and reasoning blocks are not sent to OpenAI."""
     calls = list(message.tool_calls or [])
     if isinstance(message.content, str):
@@ -234,17 +265,26 @@ def _wire_assistant(message: Message) -> dict[str, Any]:
             for b in message.content
             if isinstance(b, ToolCallBlock) and b.id not in known
         ]
-    wire: dict[str, Any] = {"role": "assistant", "content": text or None}
+    wire: dict[str, Any] = {"role": "assistant", "content": text or (tool_content if calls else "")}
     if calls:
         wire["tool_calls"] = [
             {
                 "id": call.id,
                 "type": "function",
-                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                "function": {"name": call.name, "arguments": _wire_arguments(call.arguments)},
             }
             for call in calls
         ]
     return wire
+
+
+def _wire_arguments(arguments: dict[str, Any]) -> str:
+    """A call's arguments as JSON text; for a call whose arguments could not be decoded,
+    the text the model produced (our marker is never sent)."""
+    marker = arguments.get(INVALID_ARGUMENTS_KEY)
+    if isinstance(marker, dict):
+        return str(marker.get("raw") or "")
+    return json.dumps(arguments)
 
 
 def _wire_tool_result(tool_call_id: str, output: Any) -> dict[str, Any]:
@@ -282,35 +322,76 @@ def _wire_tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
 # -- response conversion --------------------------------------------------------------
 
 
-def parse_completion(body: Mapping[str, Any]) -> ChatResponse:
-    """A ``chat.completion`` object as our ChatResponse."""
-    choices = body.get("choices") or [{}]
+def parse_completion(
+    body: Mapping[str, Any], *, provider: str = "openai", model: str | None = None
+) -> ChatResponse:
+    """A ``chat.completion`` object as our ChatResponse.
+
+    The first choice is the answer. A ``refusal`` is kept as the text, with finish reason
+    ``refusal``; a tool call cut by the token limit carries the truncation marker.
+    Raises :class:`MalformedResponseError` when there is no choice.
+    """
+    if not isinstance(body, Mapping):
+        raise TypeError(f"the body is {type(body).__name__}, not an object")
+    choices = body.get("choices")
+    if not choices:
+        msg = f"{provider} answered with no choices (a filtered prompt, or not a completion)"
+        raise MalformedResponseError(msg, provider=provider, model=model, body=dict(body))
     choice = choices[0]
     message = choice.get("message") or {}
+    finish = choice.get("finish_reason")
     calls = [
         _tool_call(c.get("id", ""), c.get("function") or {})
         for c in message.get("tool_calls") or []
     ]
+    if calls and finish in TRUNCATING_FINISH_REASONS:
+        last = (message["tool_calls"][-1].get("function") or {}).get("arguments") or ""
+        calls[-1] = ToolCall(
+            id=calls[-1].id, name=calls[-1].name, arguments=truncated_arguments(last, finish)
+        )
     content: list[ContentBlock] = []
-    reasoning = message.get("reasoning_content")
+    reasoning = text_field(message.get("reasoning_content"), "reasoning_content")
     if reasoning:
         content.append(ThinkingBlock(thinking=reasoning, visibility="internal"))
-    if message.get("content"):
-        content.append(TextBlock(text=message["content"]))
+    text = _content_text(message.get("content"))
+    if text:
+        content.append(TextBlock(text=text))
+    refusal = text_field(message.get("refusal"), "refusal")
+    if refusal:
+        content.append(TextBlock(text=refusal))
+        finish = _refused(finish)
+    if finish is not None and not isinstance(finish, str):
+        raise TypeError(f"finish_reason is {type(finish).__name__}")
     content += [ToolCallBlock(id=c.id, name=c.name, input=c.arguments) for c in calls]
     return ChatResponse(
         content=content,
         tool_calls=calls or None,
         usage=parse_usage(body.get("usage")),
-        finish_reason=choice.get("finish_reason"),
+        finish_reason=finish,
         metadata=_metadata(body),
     )
 
 
-def _tool_call(call_id: str, function: Mapping[str, Any]) -> ToolCall:
+def _content_text(value: Any) -> str:
+    """``message.content``: text, or a list of parts whose text parts are joined."""
+    if isinstance(value, list):
+        return "".join(
+            text_field(part.get("text"), "a content part")
+            for part in value
+            if part.get("type") in ("text", "output_text")
+        )
+    return text_field(value, "content")
+
+
+def _refused(finish: str | None) -> str | None:
+    """A refusal ends with ``stop`` on the wire; we say ``refusal`` so it is never silent."""
+    return "refusal" if finish in (None, "stop") else finish
+
+
+def _tool_call(call_id: Any, function: Mapping[str, Any]) -> ToolCall:
     return ToolCall(
-        id=call_id,
-        name=str(function.get("name", "")),
+        id=text_field(call_id, "a tool call's id"),
+        name=text_field(function.get("name"), "a tool call's name"),
         arguments=decode_tool_arguments(function.get("arguments")),
     )
 
@@ -349,8 +430,10 @@ class _StreamState:
         self.blocks: dict[int, dict[str, Any]] = {}
         self.thinking: int | None = None
         self.text: int | None = None
-        self.tools: dict[int, int] = {}
+        self.tools: dict[Any, int] = {}  # wire key (index, or id) -> our block index
+        self.last_key: Any = None
         self.finish_reason: str | None = None
+        self.refused = False
         self.usage: Usage | None = None
         self.meta: dict[str, Any] | None = None
         self.done = False
@@ -361,9 +444,25 @@ class _StreamState:
         event = {"type": "content_block:start", "index": index, "block_type": kind, **fields}
         return index, event
 
+    def chunk(self, chunk: Mapping[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+        """The events of one chunk, and whether it had a choice other than the first."""
+        self.meta = self.meta or _metadata(chunk)
+        if chunk.get("usage"):
+            self.usage = parse_usage(chunk["usage"])
+        events: list[dict[str, Any]] = []
+        several = False
+        for choice in chunk.get("choices") or []:
+            if (choice.get("index") or 0) != 0:  # n > 1: the first choice is the answer
+                several = True
+                continue
+            events += self.feed(choice.get("delta") or {})
+            if choice.get("finish_reason"):
+                self.finish_reason = text_field(choice["finish_reason"], "finish_reason")
+        return events, several
+
     def feed(self, delta: Mapping[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
-        if delta.get("reasoning_content"):
+        if text_field(delta.get("reasoning_content"), "reasoning_content"):
             if self.thinking is None:
                 self.thinking, start = self.open("thinking")
                 events.append(start)
@@ -375,17 +474,21 @@ class _StreamState:
                     "delta": delta["reasoning_content"],
                 }
             )
-        if delta.get("content"):
+        for field in ("content", "refusal"):
+            text = text_field(delta.get(field), field)
+            if not text:
+                continue
+            self.refused = self.refused or field == "refusal"
             if self.text is None:
                 self.text, start = self.open("text")
                 events.append(start)
-            self.blocks[self.text]["parts"].append(delta["content"])
+            self.blocks[self.text]["parts"].append(text)
             events.append(
                 {
                     "type": "content_block:delta",
                     "index": self.text,
                     "block_type": "text",
-                    "delta": delta["content"],
+                    "delta": text,
                 }
             )
         for fragment in delta.get("tool_calls") or []:
@@ -394,7 +497,7 @@ class _StreamState:
 
     def _feed_tool(self, fragment: Mapping[str, Any]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
-        wire_index = int(fragment.get("index", 0))
+        wire_index = self._wire_key(fragment)
         function = fragment.get("function") or {}
         if wire_index not in self.tools:
             index, start = self.open(
@@ -420,10 +523,27 @@ class _StreamState:
             )
         return events
 
+    def _wire_key(self, fragment: Mapping[str, Any]) -> Any:
+        """Which call a fragment belongs to: its ``index``; without one (some compatible
+        servers), a new ``id`` opens a new call and a fragment without ``id`` continues
+        the last one."""
+        if fragment.get("index") is not None:
+            return int(fragment["index"])
+        call_id = fragment.get("id")
+        if call_id:
+            key = ("id", call_id)
+            self.last_key = key
+            return key
+        if self.last_key is None:
+            self.last_key = ("id", "")
+        return self.last_key
+
     def finish(self) -> list[dict[str, Any]]:
         content: list[ContentBlock] = []
         calls: list[ToolCall] = []
         events: list[dict[str, Any]] = []
+        finish = _refused(self.finish_reason) if self.refused else self.finish_reason
+        last_tool = max(self.tools.values(), default=None)
         for index, block in self.blocks.items():
             text = "".join(block["parts"])
             built: ContentBlock
@@ -433,6 +553,10 @@ class _StreamState:
                 built = ThinkingBlock(thinking=text, visibility="internal")
             else:
                 call = _tool_call(block["id"], {"name": block["name"], "arguments": text})
+                if index == last_tool and finish in TRUNCATING_FINISH_REASONS:
+                    call = ToolCall(
+                        id=call.id, name=call.name, arguments=truncated_arguments(text, finish)
+                    )
                 calls.append(call)
                 built = ToolCallBlock(id=call.id, name=call.name, input=call.arguments)
             content.append(built)
@@ -441,7 +565,7 @@ class _StreamState:
             content=content,
             tool_calls=calls or None,
             usage=self.usage,
-            finish_reason=self.finish_reason,
+            finish_reason=finish,
             metadata=self.meta,
         )
         events.append({"type": "response", "response": response})
@@ -453,6 +577,7 @@ async def _stream_events(
 ) -> AsyncGenerator[dict[str, Any], None]:
     state = _StreamState()
     failure: LLMError | None = None
+    warned = False
     async for event in sse:
         if event.data.strip() == "[DONE]":
             state.done = True
@@ -464,14 +589,17 @@ async def _stream_events(
         except LLMError as exc:
             failure = exc
             break
-        state.meta = state.meta or _metadata(chunk)
-        if chunk.get("usage"):
-            state.usage = parse_usage(chunk["usage"])
-        for choice in chunk.get("choices") or []:
-            for item in state.feed(choice.get("delta") or {}):
-                yield item
-            if choice.get("finish_reason"):
-                state.finish_reason = choice["finish_reason"]
+        try:
+            with malformed_guard(provider, model, "a stream chunk"):
+                items, several = state.chunk(chunk)
+        except LLMError as exc:
+            failure = exc
+            break
+        if several and not warned:
+            warned = True
+            logger.warning("%s: the stream has several choices; using choice 0", provider)
+        for item in items:
+            yield item
     await drain(sse)
     if failure is not None:
         raise failure
@@ -481,7 +609,9 @@ async def _stream_events(
             provider=provider,
             model=model,
         )
-    for item in state.finish():
+    with malformed_guard(provider, model, "a stream"):
+        items = state.finish()
+    for item in items:
         yield item
 
 

@@ -17,13 +17,15 @@ from ._requests import (
 )
 from ._streaming import STREAM_EVENTS, relay_stream, stream_payload
 from ._tool_batch import CANCELLED_MESSAGE, ToolBatch, ToolBatchConfig, cancelled_result
-from ._turn import ToolRunner, Turn, TurnConfig
+from ._turn import INCOMPLETE_FINISH_REASONS, PAUSE_TURN, ToolRunner, Turn, TurnConfig
 
 __all__ = (
     # the engine
     "Turn",
     "TurnConfig",
     "ToolRunner",
+    "INCOMPLETE_FINISH_REASONS",
+    "PAUSE_TURN",
     # tool batches
     "ToolBatch",
     "ToolBatchConfig",

@@ -276,9 +276,9 @@ class ToolBatch:
                     self.succeeded[index] = False
                     return
                 if pre.data is not None:  # applied whatever the action: see HookRegistry.emit
-                    tool_input, problem = _decode_arguments(
-                        _field(pre.data, "tool_input", tool_input)
-                    )
+                    changed = _field(pre.data, "tool_input", tool_input)
+                    if changed != tool_input:  # unchanged: keep the provider's own reason
+                        tool_input, problem = _decode_arguments(changed)
             tool = self.tools.get(call.name)
             if tool is None:
                 message = f"Tool '{call.name}' not found"

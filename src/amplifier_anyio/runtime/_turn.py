@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from ..kernel._coordinator import ModuleCoordinator
     from ..kernel._hooks import HookRegistry
 
-__all__ = ("Turn", "TurnConfig", "ToolRunner")
+__all__ = ("Turn", "TurnConfig", "ToolRunner", "INCOMPLETE_FINISH_REASONS", "PAUSE_TURN")
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +77,17 @@ ToolRunner = Callable[["Turn", ChatResponse, list[ToolCall]], Awaitable[None]]
 
 It must leave every call answered in the context (the default, :meth:`Turn.run_batch`,
 does so on every path)."""
+
+INCOMPLETE_FINISH_REASONS = frozenset(
+    {"length", "max_tokens", "content_filter", "refusal", "model_context_window_exceeded"}
+)
+"""Finish reasons of an answer that was cut, refused or filtered: the turn ends
+``incomplete`` with that reason, never a silent ``success``."""
+
+PAUSE_TURN = "pause_turn"
+"""Anthropic's finish reason for a long server-side turn it paused: the turn goes on."""
+
+_MAX_PAUSES = 8  # consecutive pause_turn answers before the turn ends incomplete
 
 _EXECUTION_STATUS = {
     TurnStatus.SUCCESS: "completed",
@@ -187,6 +198,7 @@ class Turn:
         self.provider_name, provider = select_provider(self.providers, self.config.default_provider)
         await self.context.add_message({"role": "user", "content": self.prompt})
         limit = self.config.max_iterations
+        pauses = 0
         while limit == -1 or self.iterations < limit:
             if self._stopped():
                 return
@@ -194,6 +206,13 @@ class Turn:
             if response is None:
                 return
             calls = tool_calls_of(provider, response)
+            if not calls and response.finish_reason == PAUSE_TURN and pauses < _MAX_PAUSES:
+                # The server paused its own long turn: send what it said back, go on.
+                pauses += 1
+                if response.content:
+                    await self.context.add_message(assistant_message(response, ()))
+                continue
+            pauses = 0
             if not calls:
                 await self._answer(response)
                 return
@@ -301,7 +320,10 @@ class Turn:
         if response.content:
             await self.context.add_message(assistant_message(response, ()))
         self.text = response.text
-        self.status = TurnStatus.SUCCESS
+        cut = response.finish_reason in INCOMPLETE_FINISH_REASONS
+        self.status = TurnStatus.INCOMPLETE if cut else TurnStatus.SUCCESS
+        if response.finish_reason == PAUSE_TURN:  # paused more often than we go on
+            self.status = TurnStatus.INCOMPLETE
 
     async def _wrap_up(self, provider: Provider) -> None:
         """The iteration limit: one last call without tools; its text is the answer."""
