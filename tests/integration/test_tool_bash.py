@@ -370,3 +370,43 @@ def test_the_schema_lists_the_keys() -> None:
         "timeout",
         "workdir",
     ]
+
+
+def processes_with(token: str) -> list[int]:
+    """Live processes whose command line holds ``token``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path("/proc", name, "cmdline").read_bytes()
+        except OSError:
+            continue
+        if token.encode() in cmdline and alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+async def test_a_cancel_while_the_process_starts_still_stops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel that arrives while ``open_process`` waits (on asyncio: after the fork, while
+    the pipes are connected — found under load) must not lose the process with its handle.
+    Here ``open_process`` raises the cancel once the command has started its children, as
+    asyncio does; the call must still stop the whole group."""
+    pid_file = tmp_path / "pids"
+    real_open = anyio.open_process
+    tool = make_tool(None, {"working_dir": str(tmp_path), "kill_grace": 0.5})
+
+    async with anyio.create_task_group() as tg:
+
+        async def open_then_cancelled(*args: Any, **kwargs: Any) -> Any:
+            process = await real_open(*args, **kwargs)
+            await wait_for_pids(pid_file)
+            tg.cancel_scope.cancel()
+            await anyio.lowlevel.checkpoint()  # the cancel surfaces from open_process
+            return process
+
+        monkeypatch.setattr(anyio, "open_process", open_then_cancelled)
+        tg.start_soon(tool.execute, {"command": GRANDCHILDREN.format(f=pid_file)})
+    assert_all_dead(read_pids(pid_file))

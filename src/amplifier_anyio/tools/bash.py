@@ -217,15 +217,19 @@ class BashTool:
             return _error(f"cannot start {self.shell} in {self.working_dir}: {exc.strerror}")
 
     async def _run(self, command: str, timeout: float) -> ToolResult:
-        process = await anyio.open_process(
-            [self.shell, "-c", command],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=self.working_dir,
-            env=self._environment(),
-            start_new_session=True,
-        )
+        # Shielded: on asyncio a cancel that lands while the pipes are connected (after the
+        # fork) loses the handle, and asyncio kills only the shell — its children would
+        # live on. Once the handle is ours, the `finally` below stops the whole group.
+        with anyio.CancelScope(shield=True):
+            process = await anyio.open_process(
+                [self.shell, "-c", command],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.working_dir,
+                env=self._environment(),
+                start_new_session=True,
+            )
         limit = self.config.max_output_bytes
         stdout, stderr = _Capture(limit), _Capture(limit)
         stopped = False
