@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from amplifier_anyio.kernel import HookRegistry, trace_scope
+from amplifier_anyio.kernel import HookAnswer, HookRegistry, trace_scope
 from amplifier_anyio.models import HookResult
 
 pytestmark = pytest.mark.anyio
@@ -738,6 +738,22 @@ async def test_emit_and_collect_stamps_nothing() -> None:
         await hooks.emit_and_collect("e", {"tool_name": "bash"})
 
     assert seen == [{"tool_name": "bash"}]
+
+
+async def test_emit_and_collect_answers_gives_whole_answers_with_registration_order() -> None:
+    hooks = HookRegistry()
+    deny = HookResult(action="deny", reason="no")
+    vote = HookResult(action="modify", data={"tool": "grep"}, priority=3)
+    hooks.register("e", recording([], "late", deny), 5, name="late")  # registered first
+    hooks.register("e", recording([], "none", None), 1, name="none")
+    hooks.register("e", recording([], "early", vote), 0, name="early")
+
+    answers = await hooks.emit_and_collect("e", {}, answers=True)
+
+    # In the order they ran; None answers are left out; registration order is kept.
+    assert [(a.handler, a.result) for a in answers] == [("early", vote), ("late", deny)]
+    assert answers[1].registered < answers[0].registered
+    assert all(isinstance(a, HookAnswer) for a in answers)
 
 
 async def test_emit_and_collect_without_handlers_is_empty() -> None:

@@ -320,6 +320,7 @@ async def test_tool_selecting_and_selected_payloads() -> None:
     await h.run(calling(("bash", {"cmd": "ls"}), ("fast", {"n": 1})))
 
     [batch_id] = {d["parallel_group_id"] for d in seen}
+    assert all(d.pop("timestamp").endswith("+00:00") for d in seen)
     trace_id = h.orchestrator.last_result.trace_id  # type: ignore[union-attr]
     assert seen == [
         {

@@ -35,7 +35,7 @@ import attrs
 from ..config_schema import ConfigSchema
 from ..events import TOOL_SELECTED, TOOL_SELECTING
 from ..kernel._coordinator import ModuleCoordinator
-from ..kernel._hooks import HookAnswer
+from ..kernel._hooks import HookAnswer, utc_timestamp
 from ..models import ChatResponse, ToolCall
 from ..models._validators import number
 from ..runtime._requests import assistant_message
@@ -130,7 +130,10 @@ class SchedulingBatch(ToolBatch):
         return chosen
 
     def selecting_payload(self, index: int, call: ToolCall) -> dict[str, Any]:
-        """The ``tool:selecting`` data (built only when a scheduler listens)."""
+        """The ``tool:selecting`` data (built only when a scheduler listens).
+
+        ``emit_and_collect`` stamps nothing, so the payload carries its own ``timestamp``
+        and the turn's ``trace_id``."""
         payload = {
             "tool_name": call.name,
             "tool_input": _decode_arguments(call.arguments)[0],
@@ -141,6 +144,7 @@ class SchedulingBatch(ToolBatch):
         }
         if self._trace_id is not None:
             payload["trace_id"] = self._trace_id
+        payload["timestamp"] = utc_timestamp()
         return payload
 
     async def _select(self, index: int, call: ToolCall) -> ToolCall | None:
