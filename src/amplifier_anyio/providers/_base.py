@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, ClassVar, Protocol
@@ -41,6 +42,7 @@ __all__ = (
     "malformed_guard",
     "text_field",
     "header_value",
+    "expand_env",
     "mount_provider",
 )
 
@@ -116,6 +118,34 @@ class ProviderSpec:
             for item in items
             if isinstance(item, dict) and "id" in item
         ]
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with every ``${VAR}`` in its string values (nested too) replaced by the
+    environment variable; an unset one is a :class:`ConfigError` naming the key and the
+    variable."""
+
+    def expand(value: Any, key: str) -> Any:
+        if isinstance(value, str):
+
+            def lookup(match: re.Match[str]) -> str:
+                name = match.group(1)
+                if name not in os.environ:
+                    msg = f"{key}: environment variable {name} is not set"
+                    raise ConfigError(msg)
+                return os.environ[name]
+
+            return _VAR.sub(lookup, value)
+        if isinstance(value, dict):
+            return {k: expand(v, f"{key}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [expand(v, key) for v in value]
+        return value
+
+    return {key: expand(value, key) for key, value in config.items()}
 
 
 def header_value(value: Any, key: str) -> str:
@@ -331,7 +361,7 @@ async def mount_provider(
     The warning goes to the provider module's logger. Returns the async cleanup that
     closes the HTTP client.
     """
-    cfg = dict(config or {})
+    cfg = expand_env(config or {})
     spec = provider_cls.spec
     if not (keyless or spec.api_key(cfg)):
         logging.getLogger(provider_cls.__module__).warning(
