@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from amplifier_anyio import AmplifierSession
+from amplifier_anyio.config_schema import schema_of
 from amplifier_anyio.errors import (
     ConfigError,
     InvalidRequestError,
@@ -829,3 +830,42 @@ async def test_anthropic_version_is_configurable() -> None:
     server = Server(httpx.Response(200, json={"data": [], "has_more": False}))
     await anthropic(server, anthropic_version="2024-01-01").list_models()
     assert server.requests[0].headers["anthropic-version"] == "2024-01-01"
+
+
+# -- config schemas -----------------------------------------------------------------------
+
+
+def test_provider_modules_declare_every_key_they_read() -> None:
+    openai_cfg = {
+        "api_key": "k",
+        "base_url": "http://h/v1",
+        "model": "m",
+        "timeout": 5,
+        "idle_timeout": 1.5,
+        "max_retries": 0,
+        "parallel_tool_calls": True,
+        "assistant_tool_content": None,
+        "azure_endpoint": "https://x",
+        "azure_deployment": "d",
+        "api_version": "2024-10-21",
+        "organization": "org",
+        "project": "p",
+        "max_output_tokens": 10,
+        "max_tokens_field": "max_tokens",
+        "reasoning_effort": "low",
+    }
+    anthropic_cfg = {
+        "api_key": "k",
+        "max_output_tokens": 4000,
+        "extended_thinking": True,
+        "thinking_budget_tokens": 2048,
+        "prompt_caching": False,
+        "beta_headers": ["a"],
+        "anthropic_version": "2023-06-01",
+    }
+    for mount, cfg in ((mount_openai, openai_cfg), (mount_anthropic, anthropic_cfg)):
+        schema = schema_of(mount)
+        assert schema is not None
+        assert schema.check(cfg) == []
+        problems = schema.check({"timeout": "slow", "bogus": 1})
+        assert [(p.key, p.kind) for p in problems] == [("timeout", "type"), ("bogus", "unknown")]

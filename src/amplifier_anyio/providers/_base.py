@@ -20,6 +20,7 @@ import anyio
 import attrs
 import httpx
 
+from ..config_schema import Setting
 from ..errors import ConfigError, LLMError, MalformedResponseError
 from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall
 from ..models._validators import number
@@ -44,6 +45,7 @@ __all__ = (
     "header_value",
     "expand_env",
     "mount_provider",
+    "COMMON_SETTINGS",
 )
 
 
@@ -347,6 +349,29 @@ def decode_stream_object(data: str, *, noun: str, provider: str, model: str) -> 
             model=model,
         )
     return value
+
+
+_NUM = (int, float)
+COMMON_SETTINGS: dict[str, Setting] = {
+    "name": Setting((str,), "mount name"),
+    "instance_id": Setting((str,), "mount name (upstream spelling)"),
+    "api_key": Setting((str,), "the credential; ${VAR} is expanded"),
+    "base_url": Setting((str,), "where the API lives"),
+    "model": Setting((str,), "model used when the request names none"),
+    "default_model": Setting((str,), "alias of model"),
+    "priority": Setting((int,), "provider selection, lower wins"),
+    "context_window": Setting((int,), "reported in get_info()"),
+    "temperature": Setting(_NUM, "used when the request has none"),
+    "timeout": Setting(_NUM, "seconds for a whole response, stream included"),
+    "idle_timeout": Setting(_NUM, "seconds a stream may stay silent"),
+    "max_retries": Setting((int,), "retries after the first attempt"),
+    "retry_initial_delay": Setting(_NUM, "seconds before the first retry"),
+    "retry_backoff_factor": Setting(_NUM, "growth of the delay per retry"),
+    "retry_max_delay": Setting(_NUM, "cap on one delay"),
+    "retry_max_elapsed": Setting(_NUM, "no retry ends later than this"),
+    "retry_jitter": Setting(_NUM, "random factor on each delay"),
+}
+"""The config keys both HTTP providers accept."""
 
 
 async def mount_provider(

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import httpx
 
+from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, InvalidRequestError, LLMError
 from ..models import (
     ChatRequest,
@@ -35,6 +36,7 @@ from ..models import (
     structure,
 )
 from ._base import (
+    COMMON_SETTINGS,
     HTTPProvider,
     ProviderSettings,
     ProviderSpec,
@@ -65,6 +67,7 @@ __all__ = (
     "DEFAULT_BASE_URL",
     "DEFAULT_MODEL",
     "API_VERSION",
+    "CONFIG_SCHEMA",
 )
 
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
@@ -675,3 +678,19 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Any:
     Returns the async cleanup that closes the HTTP client.
     """
     return await mount_provider(coordinator, AnthropicProvider, config)
+
+
+CONFIG_SCHEMA = ConfigSchema(
+    "provider-anthropic",
+    {
+        **COMMON_SETTINGS,
+        "max_tokens": Setting((int,), "output limit when the request has none"),
+        "extended_thinking": Setting((bool,), "send a thinking budget"),
+        "thinking_budget_tokens": Setting((int,), ">= 1024, below max_tokens"),
+        "prompt_caching": Setting((bool,), "cache_control on system, tools, conversation"),
+        "beta_headers": Setting((str, list), "anthropic-beta values"),
+        "anthropic_version": Setting((str,), "anthropic-version header"),
+    },
+    aliases={"max_output_tokens": "max_tokens"},
+)
+"""The keys provider-anthropic accepts (checked by ``validate --strict``)."""

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import httpx
 
+from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, LLMError, MalformedResponseError
 from ..models import (
     ChatRequest,
@@ -39,6 +40,7 @@ from ..models import (
     structure,
 )
 from ._base import (
+    COMMON_SETTINGS,
     HTTPProvider,
     ProviderSettings,
     ProviderSpec,
@@ -69,6 +71,7 @@ __all__ = (
     "parse_usage",
     "DEFAULT_BASE_URL",
     "DEFAULT_MODEL",
+    "CONFIG_SCHEMA",
 )
 
 logger = logging.getLogger(__name__)
@@ -687,3 +690,22 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Any:
     cfg = resolve_config(config or {})
     keyless = not cfg.get("azure") and _SPEC.base_url_of(cfg).rstrip("/") != DEFAULT_BASE_URL
     return await mount_provider(coordinator, OpenAIChatProvider, cfg, keyless=keyless)
+
+
+CONFIG_SCHEMA = ConfigSchema(
+    "provider-openai",
+    {
+        **COMMON_SETTINGS,
+        "max_output_tokens": Setting((int,), "output limit sent when the request has none"),
+        "max_tokens_field": Setting((str,), "wire name of the output limit"),
+        "reasoning_effort": Setting((str,), "used when the request has none"),
+        "parallel_tool_calls": Setting((bool,), "sent with tools when set"),
+        "assistant_tool_content": Setting((str,), '"" (default) or null'),
+        "organization": Setting((str,), "OpenAI-Organization header (or OPENAI_ORG_ID)"),
+        "project": Setting((str,), "OpenAI-Project header (or OPENAI_PROJECT_ID)"),
+        "azure_endpoint": Setting((str,), "Azure OpenAI resource URL"),
+        "azure_deployment": Setting((str,), "Azure OpenAI deployment name"),
+        "api_version": Setting((str,), "Azure OpenAI api-version"),
+    },
+)
+"""The keys provider-openai accepts (checked by ``validate --strict``)."""
