@@ -596,7 +596,10 @@ async def test_full_turn_with_parallel_tool_calls(kind: str) -> None:
     assert "stream" not in server.bodies[0]
     check_round_two(kind, server.bodies[1])
     if kind == "anthropic":
-        assert server.bodies[1]["thinking"] == {"type": "enabled", "budget_tokens": 10_000}
+        assert server.bodies[1]["thinking"] == {
+            "type": "enabled",
+            "budget_tokens": 8191,
+        }  # < max_tokens
     pre = rec.get_events(TOOL_PRE)
     # parallel calls start in any order; each names its call and its place in the batch
     assert {p["index"]: p["tool_call_id"] for _, p in pre} == dict(enumerate(call_ids(kind)))
@@ -760,7 +763,9 @@ async def test_cancel_during_tools_keeps_finished_result_and_next_request_is_who
         assert len(body["messages"]) == 4
         assert body["messages"][3] == {
             "role": "user",
-            "content": [{"type": "text", "text": "And tomorrow?"}],
+            "content": [
+                {"type": "text", "text": "And tomorrow?", "cache_control": {"type": "ephemeral"}}
+            ],
         }
 
 

@@ -199,7 +199,12 @@ async def test_plain_answer_request_and_response() -> None:
                 "cache_control": {"type": "ephemeral"},
             }
         ],
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}],
+            }
+        ],
         "temperature": 0.3,
     }
     assert response.content == [TextBlock(text="Hello!")]
@@ -249,7 +254,7 @@ async def test_two_round_exchange_keeps_signed_thinking_and_groups_results() -> 
         ToolCall(id="toolu_01B", name="get_weather", arguments={"city": "Oslo"}),
     ]
     assert server.bodies[0]["thinking"] == {"type": "enabled", "budget_tokens": 2048}
-    assert server.bodies[0]["max_tokens"] == 2048 + 4096  # room left for the answer
+    assert server.bodies[0]["max_tokens"] == 4000  # the configured limit, never raised
     assert "temperature" not in server.bodies[0]  # rejected together with thinking
 
     history += [

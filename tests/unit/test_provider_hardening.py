@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from amplifier_anyio import AmplifierSession
+from amplifier_anyio.config_schema import schema_of
 from amplifier_anyio.errors import (
     ConfigError,
     InvalidRequestError,
@@ -526,7 +527,7 @@ async def test_pause_turn_continues_the_turn() -> None:
     assert result.text == "Found it."
     assert [r["finish_reason"] for r in responses] == ["pause_turn", "end_turn"]
     second = server.bodies[1]["messages"]
-    assert second[-1] == {"role": "assistant", "content": [{"type": "text", "text": "Searching…"}]}
+    assert second[-1]["content"][0]["text"] == "Searching…"
     assert [m["role"] for m in context] == ["user", "assistant", "assistant"]
 
 
@@ -714,3 +715,157 @@ async def test_the_invalid_arguments_marker_is_never_sent_back(kind: str) -> Non
         assert payload["messages"][1]["tool_calls"][0]["function"]["arguments"] == raw
     else:
         assert payload["messages"][1]["content"][0]["input"] == {}
+
+
+# -- 5. config: Azure, env vars, ${VAR}, request fields, Anthropic caching and thinking ---
+
+
+async def test_azure_openai_uses_the_deployment_url_api_version_and_api_key_header(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AZURE_OPENAI_API_KEY", KEY)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server = Server(httpx.Response(200, json=completion({"role": "assistant", "content": "hi"})))
+    provider = OpenAIChatProvider(
+        {
+            "azure_endpoint": "https://contoso.openai.azure.com/",
+            "azure_deployment": "gpt4o-prod",
+            "api_version": "2024-10-21",
+        },
+        transport=httpx.MockTransport(server),
+    )
+    await provider.complete(ChatRequest(messages=[Message(role="user", content="hi")]))
+    request = server.requests[0]
+    assert str(request.url) == (
+        "https://contoso.openai.azure.com/openai/deployments/gpt4o-prod/chat/completions"
+        "?api-version=2024-10-21"
+    )
+    assert request.headers["api-key"] == KEY
+    assert "authorization" not in request.headers
+    assert server.bodies[0]["model"] == "gpt4o-prod"
+    with pytest.raises(ConfigError, match=r"^api_version:"):
+        OpenAIChatProvider({"azure_endpoint": "https://x", "azure_deployment": "d"})
+
+
+async def test_openai_org_and_project_come_from_the_sdk_env_vars(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-123")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj_456")
+    server = Server(httpx.Response(200, json={"data": []}))
+    await openai(server).list_models()
+    assert server.requests[0].headers["openai-organization"] == "org-123"
+    assert server.requests[0].headers["openai-project"] == "proj_456"
+
+
+@pytest.mark.parametrize(("mount", "kind"), [(mount_openai, "openai"), (mount_anthropic, "an")])
+async def test_env_references_in_config_are_expanded(
+    mount: Any, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MY_LLM_KEY", KEY)
+    coordinator = MockCoordinator()
+    cleanup = await mount(coordinator, {"api_key": "${MY_LLM_KEY}", "base_url": "http://h/v1"})
+    provider = coordinator.mount_history[0]["module"]
+    assert provider.http._secrets == (KEY,)
+    await cleanup()
+    monkeypatch.delenv("MY_LLM_KEY")
+    with pytest.raises(ConfigError, match=r"^api_key: environment variable MY_LLM_KEY is not set"):
+        await mount(MockCoordinator(), {"api_key": "${MY_LLM_KEY}"})
+
+
+def test_openai_request_fields_from_config() -> None:
+    provider = openai(
+        Server(httpx.Response(500)),
+        parallel_tool_calls=False,
+        max_output_tokens=2048,
+        temperature=0.2,
+    )
+    request = ChatRequest(messages=[Message(role="user", content="hi")], tools=[WEATHER])
+    payload = provider.build_payload(request, stream=False)
+    assert payload["parallel_tool_calls"] is False
+    assert payload["max_completion_tokens"] == 2048
+    assert payload["temperature"] == 0.2
+    reasoning = provider.build_payload(request, stream=False, reasoning_effort="high")
+    assert reasoning["reasoning_effort"] == "high"
+    assert "temperature" not in reasoning  # reasoning models reject it
+
+
+def test_anthropic_caches_the_conversation_prefix() -> None:
+    payload = anthropic(Server(httpx.Response(500))).build_payload(
+        ChatRequest(messages=tool_history(), tools=[WEATHER]), stream=False
+    )
+    last = payload["messages"][-1]["content"][-1]
+    assert last["type"] == "tool_result"
+    assert last["cache_control"] == {"type": "ephemeral"}
+    assert payload["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    plain = anthropic(Server(httpx.Response(500)), prompt_caching=False).build_payload(
+        ChatRequest(messages=tool_history()), stream=False
+    )
+    assert "cache_control" not in json.dumps(plain)
+
+
+async def test_anthropic_thinking_budget_and_tool_choice_are_validated() -> None:
+    with pytest.raises(ConfigError, match=r"^thinking_budget_tokens:"):
+        anthropic(Server(httpx.Response(500)), thinking_budget_tokens=512)
+    with pytest.raises(ConfigError, match="below max_tokens"):
+        anthropic(
+            Server(httpx.Response(500)),
+            extended_thinking=True,
+            thinking_budget_tokens=8000,
+            max_tokens=4000,
+        )
+    provider = anthropic(Server(httpx.Response(500)), max_tokens=4000)
+    request = ChatRequest(
+        messages=[Message(role="user", content="hi")], tools=[WEATHER], tool_choice="required"
+    )
+    with pytest.raises(InvalidRequestError, match="tool_choice 'any'"):
+        provider.build_payload(request, stream=False, extended_thinking=True)
+    auto = ChatRequest(messages=[Message(role="user", content="hi")], tools=[WEATHER])
+    payload = provider.build_payload(auto, stream=False, extended_thinking=True)
+    assert payload["max_tokens"] == 4000  # the configured limit is never raised
+    assert payload["thinking"]["budget_tokens"] < 4000
+
+
+async def test_anthropic_version_is_configurable() -> None:
+    server = Server(httpx.Response(200, json={"data": [], "has_more": False}))
+    await anthropic(server, anthropic_version="2024-01-01").list_models()
+    assert server.requests[0].headers["anthropic-version"] == "2024-01-01"
+
+
+# -- config schemas -----------------------------------------------------------------------
+
+
+def test_provider_modules_declare_every_key_they_read() -> None:
+    openai_cfg = {
+        "api_key": "k",
+        "base_url": "http://h/v1",
+        "model": "m",
+        "timeout": 5,
+        "idle_timeout": 1.5,
+        "max_retries": 0,
+        "parallel_tool_calls": True,
+        "assistant_tool_content": None,
+        "azure_endpoint": "https://x",
+        "azure_deployment": "d",
+        "api_version": "2024-10-21",
+        "organization": "org",
+        "project": "p",
+        "max_output_tokens": 10,
+        "max_tokens_field": "max_tokens",
+        "reasoning_effort": "low",
+    }
+    anthropic_cfg = {
+        "api_key": "k",
+        "max_output_tokens": 4000,
+        "extended_thinking": True,
+        "thinking_budget_tokens": 2048,
+        "prompt_caching": False,
+        "beta_headers": ["a"],
+        "anthropic_version": "2023-06-01",
+    }
+    for mount, cfg in ((mount_openai, openai_cfg), (mount_anthropic, anthropic_cfg)):
+        schema = schema_of(mount)
+        assert schema is not None
+        assert schema.check(cfg) == []
+        problems = schema.check({"timeout": "slow", "bogus": 1})
+        assert [(p.key, p.kind) for p in problems] == [("timeout", "type"), ("bogus", "unknown")]

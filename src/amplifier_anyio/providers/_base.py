@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, ClassVar, Protocol
@@ -19,6 +20,7 @@ import anyio
 import attrs
 import httpx
 
+from ..config_schema import Setting
 from ..errors import ConfigError, LLMError, MalformedResponseError
 from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall
 from ..models._validators import number
@@ -41,7 +43,9 @@ __all__ = (
     "malformed_guard",
     "text_field",
     "header_value",
+    "expand_env",
     "mount_provider",
+    "COMMON_SETTINGS",
 )
 
 
@@ -116,6 +120,34 @@ class ProviderSpec:
             for item in items
             if isinstance(item, dict) and "id" in item
         ]
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with every ``${VAR}`` in its string values (nested too) replaced by the
+    environment variable; an unset one is a :class:`ConfigError` naming the key and the
+    variable."""
+
+    def expand(value: Any, key: str) -> Any:
+        if isinstance(value, str):
+
+            def lookup(match: re.Match[str]) -> str:
+                name = match.group(1)
+                if name not in os.environ:
+                    msg = f"{key}: environment variable {name} is not set"
+                    raise ConfigError(msg)
+                return os.environ[name]
+
+            return _VAR.sub(lookup, value)
+        if isinstance(value, dict):
+            return {k: expand(v, f"{key}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [expand(v, key) for v in value]
+        return value
+
+    return {key: expand(value, key) for key, value in config.items()}
 
 
 def header_value(value: Any, key: str) -> str:
@@ -320,6 +352,29 @@ def decode_stream_object(data: str, *, noun: str, provider: str, model: str) -> 
     return value
 
 
+_NUM = (int, float)
+COMMON_SETTINGS: dict[str, Setting] = {
+    "name": Setting((str,), "mount name"),
+    "instance_id": Setting((str,), "mount name (upstream spelling)"),
+    "api_key": Setting((str,), "the credential; ${VAR} is expanded"),
+    "base_url": Setting((str,), "where the API lives"),
+    "model": Setting((str,), "model used when the request names none"),
+    "default_model": Setting((str,), "alias of model"),
+    "priority": Setting((int,), "provider selection, lower wins"),
+    "context_window": Setting((int,), "reported in get_info()"),
+    "temperature": Setting(_NUM, "used when the request has none"),
+    "timeout": Setting(_NUM, "seconds for a whole response, stream included"),
+    "idle_timeout": Setting(_NUM, "seconds a stream may stay silent"),
+    "max_retries": Setting((int,), "retries after the first attempt"),
+    "retry_initial_delay": Setting(_NUM, "seconds before the first retry"),
+    "retry_backoff_factor": Setting(_NUM, "growth of the delay per retry"),
+    "retry_max_delay": Setting(_NUM, "cap on one delay"),
+    "retry_max_elapsed": Setting(_NUM, "no retry ends later than this"),
+    "retry_jitter": Setting(_NUM, "random factor on each delay"),
+}
+"""The config keys both HTTP providers accept."""
+
+
 async def mount_provider(
     coordinator: Any,
     provider_cls: _ProviderClass,
@@ -332,7 +387,7 @@ async def mount_provider(
     The warning goes to the provider module's logger. Returns the async cleanup that
     closes the HTTP client.
     """
-    cfg = dict(config or {})
+    cfg = expand_env(config or {})
     spec = provider_cls.spec
     if not (keyless or spec.api_key(cfg)):
         logging.getLogger(provider_cls.__module__).warning(

@@ -479,6 +479,7 @@ class HTTPClient:
         secrets: Iterable[str] = (),
         timeout: float = 600.0,
         idle_timeout: float | None = None,
+        params: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
         hooks: HookEmitter | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
@@ -498,6 +499,7 @@ class HTTPClient:
         self._client = httpx.AsyncClient(
             base_url=base_url.rstrip("/") + "/",
             headers=dict(headers),
+            params=dict(params or {}),
             transport=transport,
             timeout=timeout,
         )

@@ -15,7 +15,8 @@ from typing import Any, Final
 
 import httpx
 
-from ..errors import LLMError
+from ..config_schema import ConfigSchema, Setting
+from ..errors import ConfigError, InvalidRequestError, LLMError
 from ..models import (
     ChatRequest,
     ChatResponse,
@@ -35,10 +36,13 @@ from ..models import (
     structure,
 )
 from ._base import (
+    COMMON_SETTINGS,
     HTTPProvider,
     ProviderSettings,
     ProviderSpec,
     decode_stream_object,
+    expand_env,
+    header_value,
     malformed_guard,
     mount_provider,
     text_field,
@@ -63,6 +67,7 @@ __all__ = (
     "DEFAULT_BASE_URL",
     "DEFAULT_MODEL",
     "API_VERSION",
+    "CONFIG_SCHEMA",
 )
 
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
@@ -81,7 +86,7 @@ _SPEC: Final = ProviderSpec(
     model_capabilities=("tools", "thinking"),
 )
 _DEFAULT_THINKING_BUDGET: Final = 10_000
-_THINKING_HEADROOM: Final = 4_096  # room for the answer once the thinking budget is spent
+_MIN_THINKING_BUDGET: Final = 1_024  # the API's floor for budget_tokens
 _EPHEMERAL: Final = {"type": "ephemeral"}
 
 
@@ -104,14 +109,23 @@ class AnthropicProvider(HTTPProvider):
         transport: httpx.AsyncBaseTransport | None = None,
         **http_options: Any,
     ) -> None:
-        cfg = dict(config or {})
+        cfg = expand_env(config or {})
         settings = ProviderSettings.from_config(cfg, _SPEC)
         self.max_tokens = settings.max_output_tokens
         self.temperature: float | None = cfg.get("temperature")
         self.extended_thinking = bool(cfg.get("extended_thinking", False))
-        self.thinking_budget = int(cfg.get("thinking_budget_tokens", _DEFAULT_THINKING_BUDGET))
+        self.thinking_budget = _budget(
+            cfg.get("thinking_budget_tokens", _DEFAULT_THINKING_BUDGET), "thinking_budget_tokens"
+        )
+        if self.extended_thinking and self.thinking_budget >= self.max_tokens:
+            msg = (
+                f"thinking_budget_tokens: {self.thinking_budget} must be below max_tokens "
+                f"({self.max_tokens}): the answer needs room after the thinking"
+            )
+            raise ConfigError(msg)
         self.prompt_caching = bool(cfg.get("prompt_caching", True))
-        headers = {"accept": "application/json", "anthropic-version": API_VERSION}
+        version = header_value(cfg.get("anthropic_version") or API_VERSION, "anthropic_version")
+        headers = {"accept": "application/json", "anthropic-version": version}
         if settings.api_key:
             headers["x-api-key"] = settings.api_key
         betas = cfg.get("beta_headers") or []
@@ -182,9 +196,25 @@ class AnthropicProvider(HTTPProvider):
                 payload["tool_choice"] = _wire_tool_choice(request.tool_choice)
         thinking = bool(kwargs.get("extended_thinking", self.extended_thinking))
         if thinking:
-            budget = int(kwargs.get("thinking_budget_tokens", self.thinking_budget))
+            budget = _budget(
+                kwargs.get("thinking_budget_tokens", self.thinking_budget), "thinking_budget_tokens"
+            )
+            # never above the configured max_tokens: the budget shrinks to fit instead
+            budget = min(budget, payload["max_tokens"] - 1)
+            if budget < _MIN_THINKING_BUDGET:
+                msg = (
+                    f"max_tokens ({payload['max_tokens']}) leaves no room for extended thinking "
+                    f"(a budget of at least {_MIN_THINKING_BUDGET} tokens below max_tokens)"
+                )
+                raise InvalidRequestError(msg, provider=self._name, model=payload["model"])
             payload["thinking"] = {"type": "enabled", "budget_tokens": budget}
-            payload["max_tokens"] = max(payload["max_tokens"], budget + _THINKING_HEADROOM)
+            choice = payload.get("tool_choice", {}).get("type")
+            if choice in ("any", "tool"):
+                msg = (
+                    f"tool_choice {choice!r} cannot be used with extended thinking "
+                    "(the API accepts only auto or none)"
+                )
+                raise InvalidRequestError(msg, provider=self._name, model=payload["model"])
         else:  # the API rejects a temperature together with extended thinking
             temperature = (
                 request.temperature if request.temperature is not None else self.temperature
@@ -195,6 +225,8 @@ class AnthropicProvider(HTTPProvider):
                 payload["top_p"] = request.top_p
         if request.stop:
             payload["stop_sequences"] = request.stop
+        if self.prompt_caching:
+            _cache_conversation(messages)
         if stream:
             payload["stream"] = True
         return payload
@@ -203,6 +235,25 @@ class AnthropicProvider(HTTPProvider):
         if not self.prompt_caching:
             return text
         return [{"type": "text", "text": text, "cache_control": dict(_EPHEMERAL)}]
+
+
+def _budget(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < _MIN_THINKING_BUDGET:
+        msg = f"{key}: expected an integer >= {_MIN_THINKING_BUDGET}, got {value!r}"
+        raise ConfigError(msg)
+    return value
+
+
+def _cache_conversation(messages: list[dict[str, Any]]) -> None:
+    """Mark the last block of the last message ``cache_control: ephemeral``, so the
+    conversation so far is a cached prefix for the next call (as upstream does)."""
+    for message in reversed(messages):
+        content = message.get("content")
+        if isinstance(content, list) and content:
+            block = content[-1]
+            if block.get("type") not in ("thinking", "redacted_thinking"):
+                block["cache_control"] = dict(_EPHEMERAL)
+            return
 
 
 # -- request conversion ---------------------------------------------------------------
@@ -627,3 +678,19 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Any:
     Returns the async cleanup that closes the HTTP client.
     """
     return await mount_provider(coordinator, AnthropicProvider, config)
+
+
+CONFIG_SCHEMA = ConfigSchema(
+    "provider-anthropic",
+    {
+        **COMMON_SETTINGS,
+        "max_tokens": Setting((int,), "output limit when the request has none"),
+        "extended_thinking": Setting((bool,), "send a thinking budget"),
+        "thinking_budget_tokens": Setting((int,), ">= 1024, below max_tokens"),
+        "prompt_caching": Setting((bool,), "cache_control on system, tools, conversation"),
+        "beta_headers": Setting((str, list), "anthropic-beta values"),
+        "anthropic_version": Setting((str,), "anthropic-version header"),
+    },
+    aliases={"max_output_tokens": "max_tokens"},
+)
+"""The keys provider-anthropic accepts (checked by ``validate --strict``)."""

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final
 
 import httpx
 
+from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, LLMError, MalformedResponseError
 from ..models import (
     ChatRequest,
@@ -38,10 +40,12 @@ from ..models import (
     structure,
 )
 from ._base import (
+    COMMON_SETTINGS,
     HTTPProvider,
     ProviderSettings,
     ProviderSpec,
     decode_stream_object,
+    expand_env,
     header_value,
     malformed_guard,
     mount_provider,
@@ -62,10 +66,12 @@ __all__ = (
     "OpenAIChatProvider",
     "mount",
     "to_wire_messages",
+    "resolve_config",
     "parse_completion",
     "parse_usage",
     "DEFAULT_BASE_URL",
     "DEFAULT_MODEL",
+    "CONFIG_SCHEMA",
 )
 
 logger = logging.getLogger(__name__)
@@ -107,20 +113,33 @@ class OpenAIChatProvider(HTTPProvider):
         transport: httpx.AsyncBaseTransport | None = None,
         **http_options: Any,
     ) -> None:
-        cfg = dict(config or {})
+        cfg = resolve_config(config or {})
         settings = ProviderSettings.from_config(cfg, _SPEC)
         self.max_output_tokens = settings.max_output_tokens
+        self.configured_max_output = cfg.get("max_output_tokens")
         self.max_tokens_field = str(cfg.get("max_tokens_field", "max_completion_tokens"))
         self.temperature: float | None = cfg.get("temperature")
         self.reasoning_effort: str | None = cfg.get("reasoning_effort")
+        self.parallel_tool_calls: bool | None = cfg.get("parallel_tool_calls")
         self.assistant_tool_content = _tool_content(cfg.get("assistant_tool_content", ""))
         headers = {"accept": "application/json"}
-        if settings.api_key:
+        params: dict[str, str] = {}
+        if cfg.get("azure"):
+            if settings.api_key:
+                headers["api-key"] = settings.api_key
+            params["api-version"] = str(cfg["api_version"])
+        elif settings.api_key:
             headers["authorization"] = f"Bearer {settings.api_key}"
-        for key, header in (("organization", "openai-organization"), ("project", "openai-project")):
-            if cfg.get(key):
-                headers[header] = header_value(cfg[key], key)
-        http = settings.client(headers, hooks=hooks, transport=transport, **http_options)
+        for key, env, header in (
+            ("organization", "OPENAI_ORG_ID", "openai-organization"),
+            ("project", "OPENAI_PROJECT_ID", "openai-project"),
+        ):
+            value = cfg.get(key) or os.environ.get(env)
+            if value:
+                headers[header] = header_value(value, key if cfg.get(key) else env)
+        http = settings.client(
+            headers, hooks=hooks, transport=transport, params=params, **http_options
+        )
         super().__init__(settings, http)
 
     def get_info(self) -> ProviderInfo:
@@ -167,15 +186,25 @@ class OpenAIChatProvider(HTTPProvider):
             payload["tools"] = [_wire_tool(tool) for tool in request.tools]
             if request.tool_choice is not None:
                 payload["tool_choice"] = _wire_tool_choice(request.tool_choice)
-        max_tokens = request.max_output_tokens or kwargs.get("max_output_tokens")
+            if self.parallel_tool_calls is not None:
+                payload["parallel_tool_calls"] = bool(self.parallel_tool_calls)
+        max_tokens = (
+            request.max_output_tokens
+            or kwargs.get("max_output_tokens")
+            or self.configured_max_output
+        )
         if max_tokens:
             payload[self.max_tokens_field] = max_tokens
-        temperature = request.temperature if request.temperature is not None else self.temperature
-        if temperature is not None:
-            payload["temperature"] = temperature
         effort = request.reasoning_effort or kwargs.get("reasoning_effort") or self.reasoning_effort
         if effort:
+            # reasoning models reject a sampling temperature
             payload["reasoning_effort"] = effort
+        else:
+            temperature = (
+                request.temperature if request.temperature is not None else self.temperature
+            )
+            if temperature is not None:
+                payload["temperature"] = temperature
         for key in ("top_p", "stop", "response_format"):
             if getattr(request, key) is not None:
                 payload[key] = getattr(request, key)
@@ -183,6 +212,39 @@ class OpenAIChatProvider(HTTPProvider):
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}
         return payload
+
+
+# -- config ---------------------------------------------------------------------------
+
+
+def resolve_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config as the provider reads it: ``${VAR}`` expanded, and for Azure OpenAI
+    (``azure_endpoint`` / ``azure_deployment``, or ``AZURE_OPENAI_ENDPOINT``) the
+    deployment URL, the ``api-version`` and the key from ``AZURE_OPENAI_API_KEY``."""
+    cfg = expand_env(config)
+    endpoint = cfg.get("azure_endpoint") or (
+        os.environ.get("AZURE_OPENAI_ENDPOINT") if cfg.get("azure_deployment") else None
+    )
+    if not (endpoint or cfg.get("azure_deployment")):
+        return cfg
+    deployment = cfg.get("azure_deployment")
+    if not endpoint:
+        msg = "azure_endpoint: required with azure_deployment (or set AZURE_OPENAI_ENDPOINT)"
+        raise ConfigError(msg)
+    version = cfg.get("api_version") or os.environ.get("OPENAI_API_VERSION")
+    if not version:
+        msg = "api_version: required for Azure OpenAI (or set OPENAI_API_VERSION)"
+        raise ConfigError(msg)
+    base = str(endpoint).rstrip("/") + "/openai"
+    cfg.update(
+        azure=True,
+        api_version=version,
+        base_url=f"{base}/deployments/{deployment}" if deployment else base,
+    )
+    cfg.setdefault("model", deployment)
+    if not cfg.get("api_key") and os.environ.get("AZURE_OPENAI_API_KEY"):
+        cfg["api_key"] = header_value(os.environ["AZURE_OPENAI_API_KEY"], "AZURE_OPENAI_API_KEY")
+    return cfg
 
 
 # -- request conversion ---------------------------------------------------------------
@@ -625,5 +687,25 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Any:
     ``OPENAI_BASE_URL``) other than OpenAI's is enough. Returns the async cleanup that
     closes the HTTP client.
     """
-    keyless = _SPEC.base_url_of(config or {}).rstrip("/") != DEFAULT_BASE_URL
-    return await mount_provider(coordinator, OpenAIChatProvider, config, keyless=keyless)
+    cfg = resolve_config(config or {})
+    keyless = not cfg.get("azure") and _SPEC.base_url_of(cfg).rstrip("/") != DEFAULT_BASE_URL
+    return await mount_provider(coordinator, OpenAIChatProvider, cfg, keyless=keyless)
+
+
+CONFIG_SCHEMA = ConfigSchema(
+    "provider-openai",
+    {
+        **COMMON_SETTINGS,
+        "max_output_tokens": Setting((int,), "output limit sent when the request has none"),
+        "max_tokens_field": Setting((str,), "wire name of the output limit"),
+        "reasoning_effort": Setting((str,), "used when the request has none"),
+        "parallel_tool_calls": Setting((bool,), "sent with tools when set"),
+        "assistant_tool_content": Setting((str,), '"" (default) or null'),
+        "organization": Setting((str,), "OpenAI-Organization header (or OPENAI_ORG_ID)"),
+        "project": Setting((str,), "OpenAI-Project header (or OPENAI_PROJECT_ID)"),
+        "azure_endpoint": Setting((str,), "Azure OpenAI resource URL"),
+        "azure_deployment": Setting((str,), "Azure OpenAI deployment name"),
+        "api_version": Setting((str,), "Azure OpenAI api-version"),
+    },
+)
+"""The keys provider-openai accepts (checked by ``validate --strict``)."""
