@@ -4,6 +4,7 @@ the strategies need, unless that project chose its own profile."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import subprocess
 import sys
 import textwrap
@@ -28,10 +29,35 @@ OUTSIDER_TEST = textwrap.dedent(
 )
 
 
-def run_pytest(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+# Variables by which Hypothesis decides it runs on CI (and loads its own ``ci`` profile).
+CI_VARIABLES = (
+    "CI",
+    "TF_BUILD",
+    "BUILDKITE",
+    "CIRCLECI",
+    "CIRRUS_CI",
+    "CODEBUILD_BUILD_ID",
+    "GITHUB_ACTIONS",
+    "GITLAB_CI",
+    "HEROKU_TEST_RUN_ID",
+    "TEAMCITY_VERSION",
+    "bamboo.buildKey",
+    "__TOX_ENVIRONMENT_VARIABLE_ORIGINAL_CI",
+)
+
+
+def run_pytest(project: Path, *args: str, ci: bool = False) -> subprocess.CompletedProcess[str]:
+    """An outside project's pytest, on a developer's machine or (``ci``) on a CI runner,
+    whatever machine runs this test."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in CI_VARIABLES and k != "HYPOTHESIS_PROFILE"
+    }
+    if ci:
+        env["CI"] = "true"
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", *args],
         cwd=project,
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -66,3 +92,26 @@ def test_a_project_profile_wins_and_the_plugin_can_be_turned_off(tmp_path: Path)
     assert "PROFILE default\n" in off.stdout
     chosen = run_pytest(tmp_path, "--hypothesis-profile=amplifier-anyio-ci", "-k", "test_profile")
     assert "PROFILE amplifier-anyio-ci\n" in chosen.stdout, chosen.stdout + chosen.stderr
+
+
+def test_on_a_ci_runner_the_plugin_replaces_hypothesis_own_ci_profile(tmp_path: Path) -> None:
+    (tmp_path / "test_outsider.py").write_text(OUTSIDER_TEST, encoding="utf-8")
+    result = run_pytest(tmp_path, ci=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "PROFILE amplifier-anyio-ci\n" in result.stdout
+    assert "SUPPRESSED ['data_too_large', 'large_base_example', 'too_slow']" in result.stdout
+    off = run_pytest(tmp_path, "-p", "no:amplifier_anyio", "-k", "test_profile", ci=True)
+    assert "PROFILE ci\n" in off.stdout
+
+
+def test_a_project_ci_profile_is_kept_on_a_ci_runner(tmp_path: Path) -> None:
+    (tmp_path / "test_outsider.py").write_text(OUTSIDER_TEST, encoding="utf-8")
+    (tmp_path / "conftest.py").write_text(
+        "from hypothesis import settings\n"
+        "settings.register_profile('ci', max_examples=7, deadline=None)\n"
+        "settings.load_profile('ci')\n",
+        encoding="utf-8",
+    )
+    result = run_pytest(tmp_path, "-k", "test_profile", ci=True)
+    assert "PROFILE ci\n" in result.stdout, result.stdout + result.stderr
+    assert "data_too_large" not in result.stdout  # the project's profile, not the plugin's
