@@ -321,8 +321,9 @@ def test_console_allow_once_on_a_terminal(console: Any, backend: str) -> None:
     assert b"finished" in terminal.output
 
 
-def test_console_deny_on_a_terminal(console: Any) -> None:
-    terminal = console(300)
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_console_deny_on_a_terminal(console: Any, backend: str) -> None:
+    terminal = console(300, "--backend", backend)
     terminal.read_until(b"> ")
     terminal.send("n\n")
     assert terminal.finish() == 0
@@ -330,16 +331,18 @@ def test_console_deny_on_a_terminal(console: Any) -> None:
     assert b"finished" in terminal.output
 
 
-def test_console_unclear_answer_denies(console: Any) -> None:
-    terminal = console(300)
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_console_unclear_answer_denies(console: Any, backend: str) -> None:
+    terminal = console(300, "--backend", backend)
     terminal.read_until(b"> ")
     terminal.send("perhaps\n")
     assert terminal.finish() == 0
     assert b"tool:post" not in terminal.output
 
 
-def test_console_silence_takes_the_default(console: Any) -> None:
-    terminal = console(0.5)
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_console_silence_takes_the_default(console: Any, backend: str) -> None:
+    terminal = console(0.5, "--backend", backend)
     terminal.read_until(b"> ")
     assert terminal.finish() == 0  # nobody answers
     assert b"(no answer" in terminal.output

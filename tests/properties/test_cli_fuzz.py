@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +35,7 @@ from typer.testing import CliRunner, Result
 from amplifier_anyio import ConfigError, MountPlan
 from amplifier_anyio.cli import app
 
-if os.environ.get("HYPOTHESIS_PROFILE") == "ci":
+if settings.get_current_profile_name() == "ci":
     TEXT_EXAMPLES, PLAN_EXAMPLES, RUN_EXAMPLES = 500, 500, 200
 else:
     _BASE = settings().max_examples  # dev: 100, fast: 10

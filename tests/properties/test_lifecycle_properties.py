@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -57,7 +56,7 @@ from amplifier_anyio.lifecycle import (
     Step,
 )
 
-CI = os.environ.get("HYPOTHESIS_PROFILE") == "ci"
+CI = settings.get_current_profile_name() == "ci"
 PER_STRATEGY = 125 if CI else max(3, settings().max_examples // 4)
 UNIT = {"trio": 1.0, "asyncio": 0.0005}
 STEP_TIMEOUT = 40  # units: a hang ends as a TimeoutError of its step

@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -42,7 +41,7 @@ from amplifier_anyio.providers.openai import OpenAIChatProvider
 
 pytestmark = pytest.mark.anyio
 
-CI = os.environ.get("HYPOTHESIS_PROFILE") == "ci"
+CI = settings.get_current_profile_name() == "ci"
 BODY_EXAMPLES = 1000 if CI else settings().max_examples
 STREAM_EXAMPLES = 300 if CI else settings().max_examples
 fuzz = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -91,8 +91,12 @@ async def test_ten_independent_steps_of_one_second_take_one_second(s: float, vir
 
     assert result.stage is LifecycleStage.COMPLETE
     assert worker.peak == 10
+    assert result.metrics.total_steps == result.metrics.successful_steps == 10
     if virtual:
         assert elapsed == pytest.approx(1.0, abs=0.01)
+        assert result.metrics.average_step_duration_ms == pytest.approx(1000.0, abs=10.0)
+    else:
+        assert result.metrics.average_step_duration_ms >= 1000.0 * s
 
 
 async def test_a_chain_of_ten_steps_of_one_second_takes_ten_seconds(
@@ -161,6 +165,8 @@ async def test_retry_backs_off_exponentially_with_jitter_within_the_bounds(
 
     assert result.stage is LifecycleStage.COMPLETE
     assert result.metrics.retries == 4
+    # The one step's duration covers all five attempts and the four backoffs between them.
+    assert result.metrics.average_step_duration_ms >= (attempts[-1] - attempts[0]) * 1000.0
     waits = [b - a for a, b in itertools.pairwise(attempts)]
     for attempt, waited in enumerate(waits, start=1):
         low, high = policy.bounds(attempt)
