@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -39,6 +40,8 @@ from amplifier_anyio.models import (
     Usage,
 )
 from amplifier_anyio.orchestrators import LoopBasicOrchestrator, LoopStreamingOrchestrator
+from amplifier_anyio.providers.anthropic import AnthropicProvider
+from amplifier_anyio.providers.openai import OpenAIChatProvider
 from amplifier_anyio.providers.scripted import ScriptedProvider
 from amplifier_anyio.testing import MockContextManager, MockCoordinator, MockTool
 
@@ -875,4 +878,131 @@ async def test_a_loop_lifecycle_turn_plans_inside_a_plan_span_and_runs_its_tools
     tool_spans = traced.spans("execute_tool")
     assert sorted(attrs_of(sp)["gen_ai.tool.name"] for sp in tool_spans) == sorted(tools)
     assert {parent_id(sp) for sp in tool_spans} == {span_id(turn)}
+    traced.assert_all_closed()
+
+
+# -- the real HTTP providers -----------------------------------------------------------------
+
+
+def _openai_server(request: httpx.Request) -> httpx.Response:
+    body = json.loads(request.content)
+    answered = any(m.get("role") == "tool" for m in body["messages"])
+    if answered:
+        message: dict[str, Any] = {"role": "assistant", "content": "It is 14:05."}
+        finish, usage = "stop", {"prompt_tokens": 90, "completion_tokens": 6}
+    else:
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_T3nR7",
+                    "type": "function",
+                    "function": {"name": "get_time", "arguments": '{"zone": "Europe/Paris"}'},
+                }
+            ],
+        }
+        finish, usage = "tool_calls", {"prompt_tokens": 50, "completion_tokens": 12}
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    usage["prompt_tokens_details"] = {"cached_tokens": 32}
+    return httpx.Response(
+        200,
+        json={
+            "id": "chatcmpl-otel-1" if not answered else "chatcmpl-otel-2",
+            "object": "chat.completion",
+            "created": 1741569952,
+            "model": "gpt-4o-2024-08-06",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": usage,
+        },
+    )
+
+
+def _anthropic_server(request: httpx.Request) -> httpx.Response:
+    body = json.loads(request.content)
+    answered = any(
+        isinstance(m.get("content"), list)
+        and any(b.get("type") == "tool_result" for b in m["content"])
+        for m in body["messages"]
+    )
+    if answered:
+        content: list[dict[str, Any]] = [{"type": "text", "text": "It is 14:05."}]
+        stop = "end_turn"
+    else:
+        content = [
+            {
+                "type": "tool_use",
+                "id": "toolu_01Time",
+                "name": "get_time",
+                "input": {"zone": "Europe/Paris"},
+            }
+        ]
+        stop = "tool_use"
+    return httpx.Response(
+        200,
+        json={
+            "id": "msg_otel_2" if answered else "msg_otel_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5-20250929",
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": 100,
+                "cache_read_input_tokens": 30,
+                "cache_creation_input_tokens": 20,
+                "output_tokens": 7,
+            },
+        },
+    )
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_the_real_providers_name_their_system_server_and_cached_tokens(kind: str) -> None:
+    traced = Traced()
+    if kind == "openai":
+        provider: Any = OpenAIChatProvider(
+            {"api_key": "sk-test-0123456789", "base_url": "http://127.0.0.1:8765/v1"},
+            hooks=traced.coordinator.hooks,
+            transport=httpx.MockTransport(_openai_server),
+        )
+    else:
+        provider = AnthropicProvider(
+            {"api_key": "sk-ant-test-0123456789", "base_url": "https://llm.internal.example"},
+            hooks=traced.coordinator.hooks,
+            transport=httpx.MockTransport(_anthropic_server),
+        )
+    clock = MockTool("get_time", output="14:05 CET")
+
+    result = await traced.run(provider, {"get_time": clock})
+
+    assert result.status.value == "success", result
+    assert result.text == "It is 14:05."
+    chats = traced.spans("chat")
+    assert len(chats) == 2
+    first, second = (attrs_of(span) for span in chats)
+    if kind == "openai":
+        assert first["gen_ai.provider.name"] == "openai"
+        assert (first["server.address"], first["server.port"]) == ("127.0.0.1", 8765)
+        assert first["gen_ai.response.model"] == "gpt-4o-2024-08-06"
+        assert first["gen_ai.response.id"] == "chatcmpl-otel-1"
+        assert first["gen_ai.response.finish_reasons"] == ("tool_calls",)
+        assert (first["gen_ai.usage.input_tokens"], first["gen_ai.usage.output_tokens"]) == (50, 12)
+        assert first["gen_ai.usage.cache_read.input_tokens"] == 32
+        assert second["gen_ai.usage.input_tokens"] == 90
+    else:
+        assert first["gen_ai.provider.name"] == "anthropic"
+        assert (first["server.address"], first["server.port"]) == ("llm.internal.example", 443)
+        assert first["gen_ai.response.id"] == "msg_otel_1"
+        assert first["gen_ai.response.finish_reasons"] == ("tool_use",)
+        # Anthropic's input_tokens leaves the cache out; the convention's count includes it.
+        assert first["gen_ai.usage.input_tokens"] == 150
+        assert first["gen_ai.usage.cache_read.input_tokens"] == 30
+        assert first["gen_ai.usage.cache_creation.input_tokens"] == 20
+        assert first["gen_ai.usage.output_tokens"] == 7
+    (tool,) = traced.spans("execute_tool")
+    assert attrs_of(tool)["gen_ai.tool.name"] == "get_time"
+    assert attrs_of(tool)["gen_ai.tool.call.id"] in ("call_T3nR7", "toolu_01Time")
+    assert attrs_of(traced.one("invoke_agent"))["gen_ai.conversation.id"] == CONVERSATION
     traced.assert_all_closed()
