@@ -44,7 +44,7 @@ async def main(path: str) -> None:
     seq = max(seqs, default=-1) + 1
     # One write() for the whole line: print() may write the text and its newline separately,
     # and a SIGKILL between the two would glue the server's next line onto this one.
-    os.write(sys.stdout.fileno(), f"ready {os.getpid()}\n".encode())
+    _say(f"ready {os.getpid()}")
     while True:
         await manager.add_message(_message(seq, "user"))
         seq += 1
@@ -57,6 +57,12 @@ async def main(path: str) -> None:
                 seq += 1
         await manager.add_message(_message(seq, "assistant"))
         seq += 1
+
+
+def _say(line: str) -> None:
+    """One line in one write(): with PYTHONUNBUFFERED set, print() writes the text and its
+    newline in two, and a writer's ``ready`` line could land between them."""
+    os.write(sys.stdout.fileno(), f"{line}\n".encode())
 
 
 def serve(path: str) -> None:
@@ -75,11 +81,11 @@ def serve(path: str) -> None:
                 if child == 0:
                     _write_forever(path, argument)
                 live.add(child)
-                print(f"forked {child}", flush=True)
+                _say(f"forked {child}")
             elif command == "reap":
                 os.waitpid(int(argument), 0)
                 live.discard(int(argument))
-                print(f"reaped {argument}", flush=True)
+                _say(f"reaped {argument}")
     finally:
         for child in live:  # the test went away: take its writers along
             os.kill(child, signal.SIGKILL)

@@ -52,6 +52,7 @@ class Probe:
         self.fail = fail
         self.calls: list[dict[str, Any]] = []
         self.started = anyio.Event()
+        self.returned = anyio.Event()
         self.finished = False
 
     async def execute(self, tool_input: dict[str, Any]) -> ToolResult:
@@ -59,9 +60,16 @@ class Probe:
         self.started.set()
         await anyio.sleep(self.delay)
         self.finished = True
+        self.returned.set()
         if self.fail:
             return ToolResult(success=False, error={"message": f"{self.name} broke"})
         return ToolResult(output=f"{self.name}({json.dumps(tool_input, sort_keys=True)})")
+
+
+async def finished(probe: Probe) -> None:
+    """Wait until ``probe`` has returned its result (by order, not by a guess of time)."""
+    with anyio.fail_after(30):
+        await probe.returned.wait()
 
 
 class Harness:
@@ -209,7 +217,7 @@ async def test_an_immediate_cancel_mid_wave_ends_cancelled_with_every_call_answe
             async with anyio.create_task_group() as tg:
                 tg.start_soon(turn)
                 await harness.tools["fetch_b"].started.wait()
-                await anyio.sleep(0.05)  # fetch_a (no delay) has finished by now
+                await finished(harness.tools["fetch_a"])
                 assert session.cancel(immediate=True)
         harness.messages = await session.coordinator.get("context").get_messages()
 
@@ -229,6 +237,65 @@ async def test_an_immediate_cancel_mid_wave_ends_cancelled_with_every_call_answe
     assert harness.provider is not None
     assert len(harness.provider.requests) == 1  # no aggregation after the cancel
     assert_one_terminal(harness.recorder, "cancelled")
+
+
+async def test_a_graceful_cancel_mid_wave_lets_the_wave_finish_then_ends_cancelled() -> None:
+    harness = Harness([text(json.dumps(PLAN)), text("never asked")])
+    harness.tools["fetch_a"].delay = 0.0
+    harness.tools["fetch_b"].delay = 0.3
+    result: TurnResult | None = None
+
+    async with AmplifierSession(harness.plan) as session:
+        await harness.open(session)
+
+        async def turn() -> None:
+            nonlocal result
+            result = await session.run("go")
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(turn)
+                await harness.tools["fetch_b"].started.wait()
+                assert session.cancel()  # graceful: the running wave finishes
+        harness.messages = await session.coordinator.get("context").get_messages()
+
+    assert result is not None
+    assert result.status is TurnStatus.CANCELLED
+    assert harness.tools["fetch_b"].finished  # not interrupted
+    assert not harness.tools["combine"].calls  # no wave after the cancel
+    executed = [d["data"]["status"] for n, d in harness.recorder.events if n == "lifecycle:execute"]
+    assert executed == ["succeeded", "succeeded"]
+    assert harness.stages()[-1] == "cancelled"
+    assert "aggregate" not in harness.stages()
+    contents = [m["content"] for m in harness.messages if m["role"] == "tool"]
+    assert contents == ['fetch_a({"q": "x"})', 'fetch_b({"q": "y"})']  # both real results
+    assert_every_call_answered(harness.messages)
+    assert harness.provider is not None
+    assert len(harness.provider.requests) == 1  # no aggregation after the cancel
+    assert_one_terminal(harness.recorder, "cancelled")
+
+
+async def test_fallback_runs_the_routing_runner_up_when_the_chosen_tool_fails() -> None:
+    plan = [{"id": "b", "tool": "fetch_b", "input": {"q": "y"}}]
+    harness = Harness(
+        [text(json.dumps(plan)), text("b came from elsewhere")], error_strategy="fallback"
+    )
+    harness.tools["fetch_b"].fail = True
+
+    result = await harness.run()
+
+    assert result.status is TurnStatus.SUCCESS, result
+    assert result.text == "b came from elsewhere"
+    assert len(harness.tools["fetch_b"].calls) == 1
+    fallbacks = [t for name, t in harness.tools.items() if name != "fetch_b" and t.calls]
+    assert len(fallbacks) == 1  # exactly one other tool stood in for it, with the step's input
+    assert fallbacks[0].calls == [{"q": "y"}]
+    executed = [d["data"] for n, d in harness.recorder.events if n == "lifecycle:execute"]
+    assert executed[-1]["status"] == "succeeded"
+    roles = [m["role"] for m in harness.messages]
+    assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert_every_call_answered(harness.messages)
+    assert_one_terminal(harness.recorder, "success")
 
 
 async def test_continue_reports_the_failed_step_and_skips_its_dependent() -> None:
@@ -304,7 +371,7 @@ async def test_a_host_cancel_mid_wave_still_reports_the_wave_and_cancelled() -> 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(session.run, "go")
                 await harness.tools["fetch_b"].started.wait()
-                await anyio.sleep(0.05)
+                await finished(harness.tools["fetch_a"])
                 host.cancel()
         harness.messages = await session.coordinator.get("context").get_messages()
 
