@@ -194,7 +194,8 @@ def _add_tools(data: dict[str, Any], tools: tuple[str, ...]) -> None:
 
 
 def read_prompt(prompt: str) -> str:
-    """The prompt argument: ``-`` reads stdin, ``@file`` a file (``@@…`` is a literal ``@…``)."""
+    """The prompt argument: ``-`` reads stdin, ``@file`` a file (``@@…`` is a literal ``@…``);
+    the final newline of stdin or a file is not part of the prompt."""
     if prompt == "-":
         text = sys.stdin.read()
         source = "stdin"
@@ -213,4 +214,4 @@ def read_prompt(prompt: str) -> str:
         text, source = prompt, "the prompt"
     if not text.strip():
         raise fail(f"{source}: the prompt is empty")
-    return text
+    return text.rstrip("\r\n") if source != "the prompt" else text

@@ -82,7 +82,8 @@ HELP = """\
 /events on|off     print the event stream live
 /session           the session's id and transcript file
 /help              this list
-Ctrl-C during a turn: cancel it (the running tools finish); twice: stop now; thrice: leave."""
+Ctrl-C during a turn: cancel it (the running tools finish); twice: stop now; thrice: leave.
+Ctrl-C at the prompt: drop the line; twice in a row: leave."""
 
 
 def chat_command(
@@ -186,7 +187,7 @@ class _Repl:
         self.state = _State.STARTING
         self.session: AmplifierSession | None = None
         self.exit_code = 0
-        self.turn_presses = 0
+        self.presses = 0
         self.idle_presses = 0
         self.streamed = False
         self._scope: anyio.CancelScope | None = None
@@ -213,24 +214,26 @@ class _Repl:
             self._interrupt()
 
     def _interrupt(self) -> None:
+        """One Ctrl-C. ``presses`` counts them since the last line entered, ``idle_presses``
+        those in a row at the prompt: the third press, or the second at the prompt, leaves."""
+        self.presses += 1
         if self.state is _State.STARTING:
             self._leave()
         elif self.state is _State.IDLE:
             self.idle_presses += 1
-            if self.idle_presses >= 2:
+            if self.presses >= 3 or self.idle_presses >= 2:
                 self._leave()
                 return
             say("\n(Ctrl-C again, Ctrl-D or /exit to leave)")
             if self._read_scope is not None:
                 self._read_scope.cancel()
         elif self.state is _State.TURN and self.session is not None:
-            self.turn_presses += 1
-            if self.turn_presses == 1:
+            if self.presses == 1:
                 self.session.cancel()
                 say("\n(cancelling: the running tools finish first; Ctrl-C again to stop now)")
-            elif self.turn_presses == 2:
+            elif self.presses == 2:
                 self.session.cancel(immediate=True)
-                say("(stopping now; Ctrl-C again to leave)")
+                say("\n(stopping now; Ctrl-C again to leave)")
             else:
                 self._leave()
         # CLOSING: the session's cleanup is bounded; a Ctrl-C then changes nothing
@@ -280,7 +283,8 @@ class _Repl:
                 finally:
                     self.state = _State.CLOSING
                     self.session = None
-                    count = len(await _messages(context))
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                        count = len(await _messages(context))
         finally:
             _goodbye(session_id, path, count)
 
@@ -316,7 +320,7 @@ class _Repl:
             text = line.strip()
             if not text:
                 continue
-            self.idle_presses = 0
+            self.presses = self.idle_presses = 0
             if text.startswith("/"):
                 action = await self._command(text, session)
                 if action is not None:
@@ -334,7 +338,6 @@ class _Repl:
         return ""  # Ctrl-C at the prompt: the line is dropped
 
     async def _turn(self, session: AmplifierSession, prompt: str) -> None:
-        self.turn_presses = 0
         self.streamed = False
         self.state = _State.TURN
         try:
