@@ -401,3 +401,35 @@ def test_a_bad_value_is_one_line_and_exit_2(
     runs: Mapping[str, subprocess.CompletedProcess[str]], command: str, message: str
 ) -> None:
     assert one_line_error(runs[command]).startswith(message)
+
+
+# -- chat against the server: tokens streamed as they arrive --------------------------------
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_chat_streams_tokens_from_a_streaming_provider(
+    server: ThreadingHTTPServer, workdir: Path, tmp_path: Path, backend: str
+) -> None:
+    base_url = f"http://127.0.0.1:{server.server_port}/v1"
+    before = len(server.bodies)  # type: ignore[attr-defined]
+    events = tmp_path / "chat.jsonl"
+    args = ["chat", "--backend", backend, "--provider", "openai", "--base-url", base_url]
+    args += ["--events-jsonl", str(events)]
+
+    done = run_cli(
+        workdir, args, stdin="first\nsecond\n", env={"AMPLIFIER_HOME": str(tmp_path / "home")}
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("Bonjour from the stream.") == 2  # printed once per turn
+    first, second = server.bodies[before:]  # type: ignore[attr-defined]
+    assert first["body"]["stream"] is True  # chat's plan streams (loop-streaming)
+    assert [m["content"] for m in second["body"]["messages"]] == [
+        "first",
+        "Bonjour from the stream.",
+        "second",
+    ]
+    records = [json.loads(line) for line in events.read_text(encoding="utf-8").splitlines()]
+    deltas = [r["data"]["delta"] for r in records if r["event"] == "content_block:delta"]
+    assert deltas == SERVER_STREAM * 2
+    assert {r["session_id"] for r in records} == {records[0]["session_id"]}
