@@ -22,6 +22,10 @@ from typing import Any
 
 import pexpect
 import pytest
+from typer.testing import CliRunner
+
+from amplifier_anyio.cli import app
+from amplifier_anyio.cli.sessions import list_sessions
 
 PROMPT = "you> "
 TIMEOUT = 60  # seconds for any one thing to appear: generous on a loaded 2-core machine
@@ -229,3 +233,79 @@ def test_tools_ask_on_the_terminal_before_bash_runs(home: Path) -> None:
     child.expect_exact("made it")
     assert finish(child) == 0
     assert (home / "project" / "approved").is_file()
+
+
+STALLING_HOOK = """\
+import anyio
+
+
+async def mount(coordinator, config):
+    print("mounting", flush=True)
+    await anyio.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_ctrl_c_while_the_session_starts_leaves_with_130(home: Path, backend: str) -> None:
+    package = home / "modules" / "amplifier_module_hooks_stall"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(STALLING_HOOK, encoding="utf-8")
+    plan = home / "stall.yaml"
+    plan.write_text(
+        "session: {orchestrator: loop-basic, context: context-simple}\n"
+        "providers: [{module: provider-scripted, config: {demo: true}}]\n"
+        f"hooks: [{{module: hooks-stall, source: '{package.parent}'}}]\n",
+        encoding="utf-8",
+    )
+    child = spawn(home, "chat", "--backend", backend, "--plan", str(plan))
+    child.expect_exact("mounting")
+
+    child.sendintr()
+
+    child.expect_exact("interrupted")
+    assert finish(child) == 130
+    assert "Traceback" not in (child.before or "")
+    assert not (home / "amplifier" / "projects").exists() or not any(
+        (home / "amplifier" / "projects").rglob("context-messages.jsonl")
+    )
+
+
+# -- slash commands, in-process (lines piped in, no terminal) --------------------------------
+
+
+def test_slash_commands(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AMPLIFIER_HOME", str(home / "amplifier"))
+    monkeypatch.chdir(home / "project")
+    lines = [
+        "first words",
+        "/save talk.md",
+        "/save talk.jsonl",
+        "/events on",
+        "second",
+        "/events off",
+        "/events maybe",
+        "/bogus",
+        "/reset",
+        "after the reset",
+        "/exit",
+        "never read",
+    ]
+    result = CliRunner().invoke(
+        app, ["chat", "--system", "Be brief.", "--backend", "trio"], input="\n".join(lines)
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "(saved 6 messages to talk.md)" in result.stderr
+    stored = [json.loads(line) for line in Path("talk.jsonl").read_text().splitlines()]
+    assert stored[0] == {"role": "system", "content": "Be brief."}
+    assert stored[1] == {"role": "user", "content": "first words"}
+    text = Path("talk.md").read_text()
+    assert text.startswith("system: Be brief.\nuser: first words\n")
+    events = [line for line in result.stderr.splitlines() if " tool:pre " in line]
+    assert len(events) == 2  # printed for "second" only
+    assert "usage: /events on|off" in result.stderr
+    assert "unknown command /bogus (/help lists them)" in result.stderr
+    sessions = list_sessions()
+    assert [s.title for s in sessions] == ["after the reset", "first words"]
+    assert [s.messages for s in sessions] == [6, 11]  # /reset left the old one as it was
+    assert "never read" not in result.stdout

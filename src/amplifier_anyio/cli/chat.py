@@ -437,14 +437,19 @@ class LineReader:
     """Lines of a text stream's file descriptor, read without blocking the event loop.
 
     It waits for the descriptor to be readable (``anyio.wait_readable``: cancellable, no
-    thread left blocked on a terminal), then reads what is there; a regular file (input
-    redirected from one) is read from a worker thread. ``readline()`` returns a line
-    without its newline, or None at the end of input (Ctrl-D on a terminal).
+    thread left blocked on a terminal), then reads what is there. What cannot be waited
+    for that way — a regular file or ``/dev/null`` as stdin, a stream without a descriptor
+    — is read from a worker thread. ``readline()`` returns a line without its newline, or
+    None at the end of input (Ctrl-D on a terminal).
     """
 
     def __init__(self, stream: Any) -> None:
-        self._fd: int = stream.fileno()
-        self._regular = stat.S_ISREG(os.fstat(self._fd).st_mode)
+        self._stream = stream
+        try:
+            self._fd: int | None = stream.fileno()
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+            self._fd = None
+        self._pollable = self._fd is not None and not stat.S_ISREG(os.fstat(self._fd).st_mode)
         self._buffer = b""
         self._eof = False
 
@@ -463,7 +468,14 @@ class LineReader:
         return line.decode("utf-8", "replace")
 
     async def _read(self) -> bytes:
-        if self._regular:
-            return await anyio.to_thread.run_sync(os.read, self._fd, 65536)
-        await anyio.wait_readable(self._fd)
-        return os.read(self._fd, 65536)
+        if self._fd is None:
+            line = await anyio.to_thread.run_sync(self._stream.readline, abandon_on_cancel=True)
+            return line.encode("utf-8") if isinstance(line, str) else bytes(line)
+        if self._pollable:
+            try:
+                await anyio.wait_readable(self._fd)
+            except OSError:  # the descriptor cannot be polled (/dev/null under epoll)
+                self._pollable = False
+            else:
+                return os.read(self._fd, 65536)
+        return await anyio.to_thread.run_sync(os.read, self._fd, 65536)
