@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner, Result
+
+from amplifier_anyio.cli import app
 
 SERVER_ANSWER = "Bonjour from the local server."
 SERVER_STREAM = ["Bonjour ", "from ", "the ", "stream."]
@@ -134,27 +137,11 @@ COMMANDS: dict[str, tuple[list[str], str | None, dict[str, str]]] = {
         None,
         {},
     ),
-    "stdin": (["run", "-"], "words from standard input\n", {}),
-    "at-file": (["run", "@prompt.txt"], None, {}),
-    "at-at": (["run", "@@literal at sign"], None, {}),
-    "max-iterations": (["run", "--json", "--max-iterations", "1", "two words"], None, {}),
-    "plan-wins": (["run", "--plan", "good.yaml", "--provider", "openai", "hi there"], None, {}),
     "tools-no-tty": (
         ["run", "--plan", "bash.yaml", "--tools", "bash", "--events-jsonl", "bash.jsonl", "go"],
         "",
         {},
     ),
-    # bad values: one line, exit 2
-    "bad-provider": (["run", "--provider", "gemini", "hi"], None, {}),
-    "bad-max-iterations": (["run", "--max-iterations", "0", "hi"], None, {}),
-    "bad-max-iterations-text": (["run", "--max-iterations", "lots", "hi"], None, {}),
-    "bad-tools": (["run", "--tools", "filesystem,shell", "hi"], None, {}),
-    "bad-base-url": (["run", "--provider", "openai", "--base-url", "ftp://x", "hi"], None, {}),
-    "model-with-scripted": (["run", "--model", "gpt-4o", "hi"], None, {}),
-    "no-key": (["run", "--provider", "anthropic", "hi"], None, {}),
-    "missing-file": (["run", "@nowhere.txt"], None, {}),
-    "empty-prompt": (["run", "@empty.txt"], None, {}),
-    "events-jsonl-folder": (["run", "--events-jsonl", "a-folder", "hi"], None, {}),
 }
 
 KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
@@ -201,17 +188,44 @@ def runs(workdir: Path) -> Mapping[str, subprocess.CompletedProcess[str]]:
         return dict(zip(COMMANDS, pool.map(one, COMMANDS.values()), strict=True))
 
 
+IN_PROCESS: dict[str, tuple[list[str], str | None]] = {
+    "stdin": (["run", "-"], "words from standard input\n"),
+    "at-file": (["run", "@prompt.txt"], None),
+    "at-at": (["run", "@@literal at sign"], None),
+    "max-iterations": (["run", "--json", "--max-iterations", "1", "two words"], None),
+    "plan-wins": (["run", "--plan", "good.yaml", "--provider", "openai", "hi there"], None),
+    # bad values: one line, exit 2
+    "bad-provider": (["run", "--provider", "gemini", "hi"], None),
+    "bad-max-iterations": (["run", "--max-iterations", "0", "hi"], None),
+    "bad-max-iterations-text": (["run", "--max-iterations", "lots", "hi"], None),
+    "bad-tools": (["run", "--tools", "filesystem,shell", "hi"], None),
+    "bad-base-url": (["run", "--provider", "openai", "--base-url", "ftp://x", "hi"], None),
+    "model-with-scripted": (["run", "--model", "gpt-4o", "hi"], None),
+    "no-key": (["run", "--provider", "anthropic", "hi"], None),
+    "missing-file": (["run", "@nowhere.txt"], None),
+    "empty-prompt": (["run", "@empty.txt"], None),
+    "events-jsonl-folder": (["run", "--events-jsonl", "a-folder", "hi"], None),
+}
+
+
+def invoke(workdir: Path, monkeypatch: pytest.MonkeyPatch, command: str) -> Result:
+    """An IN_PROCESS command, run in this process (typer's CliRunner) from ``workdir``."""
+    monkeypatch.chdir(workdir)
+    args, stdin = IN_PROCESS[command]
+    return CliRunner().invoke(app, args, input=stdin, env=dict.fromkeys(KEYS))
+
+
 EVENT_START = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} (\S+) ", re.MULTILINE)
 
 
-def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 2, done.stderr
+def one_line_error(done: Result) -> str:
+    assert done.exit_code == 2, done.output
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("error: ")
     assert done.stdout == ""
-    return lines[0]
+    return " ".join(lines[0].split())
 
 
 # -- --json ----------------------------------------------------------------------------------
@@ -238,11 +252,11 @@ def test_json_is_one_object_that_matches_the_turn(
 
 
 def test_max_iterations_ends_the_turn_incomplete(
-    runs: Mapping[str, subprocess.CompletedProcess[str]],
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    done = runs["max-iterations"]
+    done = invoke(workdir, monkeypatch, "max-iterations")
 
-    assert done.returncode == 0, done.stderr
+    assert done.exit_code == 0, done.output
     result = json.loads(done.stdout)
     assert result["status"] == "incomplete"
     assert "Your prompt has" not in result["text"]  # the demo never got its tool results back
@@ -287,14 +301,11 @@ def test_events_jsonl_has_one_valid_line_per_event_with_its_ids(
     [("stdin", 4, 25), ("at-file", 5, 29), ("at-at", 3, 16)],
 )
 def test_the_prompt_comes_from_stdin_a_file_or_the_argument(
-    runs: Mapping[str, subprocess.CompletedProcess[str]],
-    command: str,
-    words: int,
-    characters: int,
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, command: str, words: int, characters: int
 ) -> None:
-    done = runs[command]
+    done = invoke(workdir, monkeypatch, command)
 
-    assert done.returncode == 0, done.stderr
+    assert done.exit_code == 0, done.output
     assert f"Your prompt has {words} words and {characters} characters." in done.stdout
 
 
@@ -302,11 +313,11 @@ def test_the_prompt_comes_from_stdin_a_file_or_the_argument(
 
 
 def test_a_plan_file_wins_over_provider_with_a_warning(
-    runs: Mapping[str, subprocess.CompletedProcess[str]],
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    done = runs["plan-wins"]
+    done = invoke(workdir, monkeypatch, "plan-wins")
 
-    assert done.returncode == 0, done.stderr
+    assert done.exit_code == 0, done.output
     assert "Your prompt has 2 words" in done.stdout
     [warning] = done.stderr.splitlines()
     assert warning == "warning: --provider ignored: the plan file good.yaml names the providers"
@@ -398,9 +409,9 @@ def test_tools_without_a_terminal_deny_what_needs_approval(
     ],
 )
 def test_a_bad_value_is_one_line_and_exit_2(
-    runs: Mapping[str, subprocess.CompletedProcess[str]], command: str, message: str
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, command: str, message: str
 ) -> None:
-    assert one_line_error(runs[command]).startswith(message)
+    assert one_line_error(invoke(workdir, monkeypatch, command)).startswith(message)
 
 
 # -- chat against the server: tokens streamed as they arrive --------------------------------
