@@ -309,3 +309,27 @@ def test_slash_commands(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert [s.title for s in sessions] == ["after the reset", "first words"]
     assert [s.messages for s in sessions] == [6, 11]  # /reset left the old one as it was
     assert "never read" not in result.stdout
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_chat_that_cannot_start_is_one_line_and_leaves_no_session(
+    home: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    monkeypatch.setenv("AMPLIFIER_HOME", str(home / "amplifier"))
+    monkeypatch.chdir(home / "project")
+    plan = home / "misspelt.yaml"
+    plan.write_text(
+        "session: {orchestrator: loop-basic, context: context-simple}\n"
+        "providers: [{module: provider-scripted, config: {demo: true}}]\n"
+        "tools: [{module: tool-dmeo}]\n",
+        encoding="utf-8",
+    )
+
+    result = CliRunner().invoke(
+        app, ["chat", "--backend", backend, "--plan", str(plan)], input="hello\n"
+    )
+
+    assert result.exit_code == 2, result.output
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: module 'tool-dmeo' not found")
+    assert list_sessions(every_project=True) == []
