@@ -209,6 +209,7 @@ async def test_mount_defaults_to_the_session_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("AMPLIFIER_HOME", raising=False)
     coordinator = MockCoordinator(session_id="s-123")
     await mount(coordinator, {})
     manager = coordinator.get("context")

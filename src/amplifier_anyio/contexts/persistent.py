@@ -43,13 +43,18 @@ __all__ = (
     "close_interrupted_tool_calls",
     "mount",
     "default_path",
+    "amplifier_home",
     "CONTEXT_MESSAGES_FILENAME",
+    "AMPLIFIER_HOME_ENV",
 )
 
 logger = logging.getLogger(__name__)
 
 CONTEXT_MESSAGES_FILENAME = "context-messages.jsonl"
 """The file name Amplifier uses inside a session directory."""
+
+AMPLIFIER_HOME_ENV = "AMPLIFIER_HOME"
+"""The environment variable that moves :func:`amplifier_home` (default ``~/.amplifier``)."""
 
 INTERRUPTED_ERROR = "Tool execution was interrupted"
 
@@ -286,17 +291,27 @@ def _check_creatable(directory: Path, key: str) -> None:
         raise ConfigError(msg)
 
 
-def default_path(session_id: str, cwd: Path | None = None) -> Path:
-    """Amplifier's location: ``~/.amplifier/projects/<slug>/sessions/<id>/context-messages.jsonl``.
+def amplifier_home() -> Path:
+    """Where transcripts live: ``$AMPLIFIER_HOME`` when set (``~`` expanded), else
+    ``~/.amplifier`` (Amplifier's own directory)."""
+    configured = os.environ.get(AMPLIFIER_HOME_ENV, "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".amplifier"
 
-    ``<slug>`` is the working directory's name, ``-``, and the first 8 hex digits of the
-    SHA-256 of its full path.
+
+def default_path(session_id: str, cwd: Path | None = None) -> Path:
+    """Amplifier's location: ``<home>/projects/<slug>/sessions/<id>/context-messages.jsonl``.
+
+    ``<home>`` is :func:`amplifier_home` (``~/.amplifier`` unless ``AMPLIFIER_HOME`` is
+    set); ``<slug>`` is the working directory's name, ``-``, and the first 8 hex digits of
+    the SHA-256 of its full path.
     """
     cwd = cwd or Path.cwd()
     digest = hashlib.sha256(str(cwd).encode()).hexdigest()[:8]
     slug = f"{cwd.name or 'root'}-{digest}"
     return (
-        Path.home() / ".amplifier" / "projects" / slug / "sessions" / session_id
+        amplifier_home() / "projects" / slug / "sessions" / session_id
     ) / CONTEXT_MESSAGES_FILENAME
 
 

@@ -2,9 +2,10 @@
 
 First reply: call ``word_count`` and ``reverse_words`` on the prompt, in parallel — those
 of them the request offers. Second reply: an answer built from whatever results came
-back. Without its tools (a plan whose tool module did not load) it answers at once, saying
-so, rather than asking for tools that are not there. No network, no key, always the same
-answer.
+back; from the second prompt of a conversation on, the answer also recalls the prompt
+before (so a chat shows that the model sees its history). Without its tools (a plan whose
+tool module did not load) it answers at once, saying so, rather than asking for tools
+that are not there. No network, no key, always the same answer.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def demo_reply(request: ChatRequest) -> ChatResponse:
         m.name or "": _text_of(m) for m in request.messages[last_user + 1 :] if m.role == "tool"
     }
     if results:
-        return _stop(_answer(results))
+        return _stop(_answer(results) + _recall(request.messages[:last_user]))
     offered = {tool.name for tool in request.tools or ()}
     wanted = [name for name in _TOOLS if name in offered]
     if not wanted:
@@ -48,6 +49,17 @@ def demo_reply(request: ChatRequest) -> ChatResponse:
     count = "two tools at once" if len(calls) == 2 else "a tool"
     intro = TextBlock(text=f"Let me look at your prompt with {count}.")
     return ChatResponse(content=[intro], tool_calls=calls, finish_reason="tool_calls")
+
+
+def _recall(earlier: list[Message]) -> str:
+    """What the demo remembers of the conversation: the prompt before this one."""
+    prompts = [_text_of(m) for m in earlier if m.role == "user"]
+    if not prompts:
+        return ""
+    return (
+        f" This is prompt {len(prompts) + 1} of our conversation; "
+        f"the one before was {prompts[-1]!r}."
+    )
 
 
 def _stop(text: str) -> ChatResponse:

@@ -1,0 +1,481 @@
+"""``amplifier-anyio chat``: a REPL — many turns on one session, saved and resumable.
+
+The conversation is kept by context-persistent under the sessions directory (see
+:mod:`.sessions`), so ``chat --resume ID`` continues it, in this process or a later one.
+
+Ctrl-C is read as a signal (``anyio.open_signal_receiver``), on asyncio and trio alike,
+never as a KeyboardInterrupt in the middle of the session's code: while a turn runs, the
+first Ctrl-C cancels it gracefully (the running tools finish), the second immediately,
+the third leaves; at the prompt, the first Ctrl-C drops the line, the second leaves.
+Ctrl-D (end of input) or ``/exit`` leaves too. Input lines are read off the event loop's
+critical path: the reader waits for stdin to be readable (``anyio.wait_readable``) and
+only while the prompt is shown, so a turn's approval question reads the terminal alone,
+and a Ctrl-C at the prompt simply cancels the wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+import signal
+import stat
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import typer
+
+from ..contexts.persistent import default_path
+from ..events import CONTENT_BLOCK_DELTA, CONTENT_BLOCK_START
+from ..kernel._mount_plan import MountPlan
+from ..kernel._session import AmplifierSession
+from ..kernel._turns import TurnStatus
+from ..models import HookResult
+from ._common import (
+    EventLog,
+    approval_system,
+    check_backend,
+    cli_command,
+    enter_session,
+    leaf,
+    one_line,
+    out,
+    print_events,
+    run_failure,
+    say,
+    warn,
+)
+from ._plans import PlanOptions, build_plan, read_prompt
+from .run import (
+    BackendOption,
+    BaseUrlOption,
+    EventsJsonlOption,
+    EventsOption,
+    MaxIterationsOption,
+    ModelOption,
+    PlanOption,
+    ProviderOption,
+    StrictOption,
+    SystemOption,
+    ToolsOption,
+    add_system_prompt,
+)
+from .sessions import SessionInfo, describe_message, find_session
+
+__all__ = ("chat_command", "chat_plan", "LineReader", "PROMPT")
+
+PROMPT = "you> "
+"""What the REPL shows when it waits for a line."""
+
+_RECAP = 10  # messages of a resumed conversation shown before the first prompt
+_RESUMABLE = ("context-simple", "context-persistent")
+
+HELP = """\
+/exit              leave (also Ctrl-D, or Ctrl-C twice at the prompt)
+/reset             start a new session (the old one stays saved)
+/save [FILE]       write the conversation to FILE (.jsonl: the stored messages; else text)
+/events on|off     print the event stream live
+/session           the session's id and transcript file
+/help              this list
+Ctrl-C during a turn: cancel it (the running tools finish); twice: stop now; thrice: leave.
+Ctrl-C at the prompt: drop the line; twice in a row: leave."""
+
+
+def chat_command(
+    *,
+    plan: PlanOption = None,
+    backend: BackendOption = "asyncio",
+    provider: ProviderOption = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    system: SystemOption = None,
+    max_iterations: MaxIterationsOption = None,
+    tools: ToolsOption = None,
+    events: EventsOption = False,
+    events_jsonl: EventsJsonlOption = None,
+    resume: Annotated[
+        str | None,
+        typer.Option("--resume", metavar="ID", help="Continue a saved session (sessions list)."),
+    ] = None,
+    strict: StrictOption = False,
+) -> None:
+    """Talk with the agent: one session, many turns, saved for --resume."""
+    check_backend(backend)
+    options = PlanOptions(
+        plan=plan,
+        provider=provider,
+        model=model,
+        base_url=base_url,
+        max_iterations=max_iterations,
+        tools=tools,
+    )
+    with cli_command():
+        base = build_plan(options, streaming=True)
+        system_text = read_prompt(system) if system is not None else None
+        resumed = find_session(resume) if resume is not None else None
+        log = EventLog(events_jsonl) if events_jsonl is not None else None
+        if log is not None:
+            log.open()
+        repl = _Repl(
+            base, system=system_text, events=events, log=log, strict=strict, resumed=resumed
+        )
+        try:
+            code = anyio.run(repl.main, backend=backend)
+        except typer.Exit:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure is one line and an exit code
+            raise run_failure(exc) from None
+        finally:
+            if log is not None:
+                log.close()
+    raise typer.Exit(code)
+
+
+def chat_plan(base: MountPlan, path: Path) -> MountPlan:
+    """``base`` with its context kept in ``path``: context-simple becomes
+    context-persistent (same settings); another context module is kept as it is (the chat
+    then cannot be resumed)."""
+    data = base.to_dict()
+    context = data["session"]["context"]
+    if context["module"] not in _RESUMABLE:
+        return base
+    config = {
+        key: value
+        for key, value in context.get("config", {}).items()
+        if key not in ("path", "transcript_path")
+    }
+    context.update(module="context-persistent", config={**config, "path": str(path)})
+    return MountPlan.from_dict(data)
+
+
+class _State(enum.Enum):
+    STARTING = "starting"
+    IDLE = "idle"
+    TURN = "turn"
+    CLOSING = "closing"
+
+
+_LEAVE = "leave"
+_RESET = "reset"
+
+
+class _Repl:
+    """The chat loop; its Ctrl-C handling follows :class:`_State`."""
+
+    def __init__(
+        self,
+        base: MountPlan,
+        *,
+        system: str | None,
+        events: bool,
+        log: EventLog | None,
+        strict: bool,
+        resumed: SessionInfo | None,
+    ) -> None:
+        self.base = base
+        self.system = system
+        self.events = events
+        self.log = log
+        self.strict = strict
+        self.resumed = resumed
+        self.reader = LineReader(sys.stdin)
+        self.state = _State.STARTING
+        self.session: AmplifierSession | None = None
+        self.exit_code = 0
+        self.presses = 0
+        self.idle_presses = 0
+        self.streamed = False
+        self._scope: anyio.CancelScope | None = None
+        self._read_scope: anyio.CancelScope | None = None
+        if base.context.module not in _RESUMABLE:
+            warn(f"context {base.context.module!r} is not saved by chat: no --resume for it")
+
+    async def main(self) -> int:
+        """Run the REPL; the exit code (0: /exit or Ctrl-D, 130: left with Ctrl-C)."""
+        with anyio.open_signal_receiver(signal.SIGINT) as signals:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._watch, signals)
+                try:
+                    with anyio.CancelScope() as self._scope:
+                        await self._sessions()
+                finally:
+                    group.cancel_scope.cancel()
+        return self.exit_code
+
+    # -- Ctrl-C ---------------------------------------------------------------------------
+
+    async def _watch(self, signals: AsyncIterator[int]) -> None:
+        async for _ in signals:
+            self._interrupt()
+
+    def _interrupt(self) -> None:
+        """One Ctrl-C. ``presses`` counts them since the last line entered, ``idle_presses``
+        those in a row at the prompt: the third press, or the second at the prompt, leaves."""
+        self.presses += 1
+        if self.state is _State.STARTING:
+            self._leave()
+        elif self.state is _State.IDLE:
+            self.idle_presses += 1
+            if self.presses >= 3 or self.idle_presses >= 2:
+                self._leave()
+                return
+            say("\n(Ctrl-C again, Ctrl-D or /exit to leave)")
+            if self._read_scope is not None:
+                self._read_scope.cancel()
+        elif self.state is _State.TURN and self.session is not None:
+            if self.presses == 1:
+                self.session.cancel()
+                say("\n(cancelling: the running tools finish first; Ctrl-C again to stop now)")
+            elif self.presses == 2:
+                self.session.cancel(immediate=True)
+                say("\n(stopping now; Ctrl-C again to leave)")
+            else:
+                self._leave()
+        # CLOSING: the session's cleanup is bounded; a Ctrl-C then changes nothing
+
+    def _leave(self) -> None:
+        self.exit_code = 130
+        say("\ninterrupted")
+        if self._scope is not None:
+            self._scope.cancel()
+
+    # -- sessions -------------------------------------------------------------------------
+
+    async def _sessions(self) -> None:
+        if self.resumed is not None:
+            session_id, path, resumed = self.resumed.session_id, self.resumed.path, True
+        else:
+            session_id = str(uuid.uuid4())
+            path, resumed = default_path(session_id), False
+        while await self._one_session(session_id, path, resumed) == _RESET:
+            session_id = str(uuid.uuid4())
+            path, resumed = default_path(session_id), False
+
+    async def _one_session(self, session_id: str, path: Path, resumed: bool) -> str:
+        self.state = _State.STARTING
+        session = AmplifierSession(
+            chat_plan(self.base, path),
+            session_id=session_id,
+            is_resumed=resumed,
+            strict=self.strict,
+            approval_system=approval_system(),
+        )
+        if self.log is not None:
+            self.log.attach(session)
+        count = 0
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                await enter_session(stack, session)
+                self._attach(session)
+                context: Any = session.coordinator.get("context")
+                history = await context.get_messages()
+                self._banner(session, path, history, resumed)
+                if self.system is not None and not history:
+                    await add_system_prompt(session, self.system)
+                self.session = session
+                try:
+                    return await self._loop(session)
+                finally:
+                    self.state = _State.CLOSING
+                    self.session = None
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                        count = len(await _messages(context))
+        finally:
+            _goodbye(session_id, path, count)
+
+    def _attach(self, session: AmplifierSession) -> None:
+        hooks = session.coordinator.hooks
+        print_events(session, lambda: self.events)
+        hooks.register(CONTENT_BLOCK_START, self._on_block_start, name="cli-chat-stream")
+        hooks.register(CONTENT_BLOCK_DELTA, self._on_delta, name="cli-chat-stream")
+
+    def _banner(
+        self, session: AmplifierSession, path: Path, history: list[dict[str, Any]], resumed: bool
+    ) -> None:
+        if resumed:
+            shown = [line for m in history[-_RECAP:] for line in describe_message(m)]
+            if len(history) > _RECAP:
+                say(f"… {len(history) - _RECAP} earlier messages", console=out)
+            for line in shown:
+                say(line, console=out)
+            state = f"resumed, {len(history)} messages"
+        else:
+            state = "new"
+        say(f"chat: session {session.session_id} ({state}); /help for commands, Ctrl-D leaves")
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def _loop(self, session: AmplifierSession) -> str:
+        while True:
+            self.state = _State.IDLE
+            line = await self._prompt()
+            if line is None:
+                say("", console=out)
+                return _LEAVE
+            text = line.strip()
+            if not text:
+                continue
+            self.presses = self.idle_presses = 0
+            if text.startswith("/"):
+                action = await self._command(text, session)
+                if action is not None:
+                    return action
+                continue
+            await self._turn(session, text)
+
+    async def _prompt(self) -> str | None:
+        say(PROMPT, console=out, end="")
+        try:
+            with anyio.CancelScope() as self._read_scope:
+                return await self.reader.readline()
+        finally:
+            self._read_scope = None
+        return ""  # Ctrl-C at the prompt: the line is dropped
+
+    async def _turn(self, session: AmplifierSession, prompt: str) -> None:
+        self.streamed = False
+        self.state = _State.TURN
+        try:
+            result = await session.run(prompt)
+        except Exception as exc:  # noqa: BLE001 - one line; the REPL goes on
+            failure = leaf(exc)
+            say(f"error: the turn failed: {type(failure).__name__}: {one_line(str(failure))}")
+            return
+        finally:
+            self.state = _State.IDLE
+        if self.streamed:
+            say("", console=out)
+        elif result.text:
+            say(result.text, console=out)
+        if result.status is TurnStatus.CANCELLED:
+            say("(turn cancelled)")
+        elif result.status is TurnStatus.ERROR:
+            error = result.error
+            say(f"error: the turn failed: {type(error).__name__}: {one_line(str(error))}")
+        elif result.status is not TurnStatus.SUCCESS:
+            say(f"(turn ended with status {result.status})")
+
+    def _on_block_start(self, event: str, data: dict[str, Any]) -> HookResult:
+        if data.get("block_type") == "text" and self.streamed:
+            say("", console=out)
+        return HookResult()
+
+    def _on_delta(self, event: str, data: dict[str, Any]) -> HookResult:
+        if data.get("block_type") == "text" and isinstance(data.get("delta"), str):
+            say(data["delta"], console=out, end="")
+            self.streamed = True
+        return HookResult()
+
+    # -- slash commands -------------------------------------------------------------------
+
+    async def _command(self, text: str, session: AmplifierSession) -> str | None:
+        name, _, argument = text.partition(" ")
+        argument = argument.strip()
+        if name in ("/exit", "/quit"):
+            return _LEAVE
+        if name == "/reset":
+            return _RESET
+        if name == "/help":
+            say(HELP, console=out)
+        elif name == "/session":
+            context: Any = session.coordinator.get("context")
+            where = getattr(context, "path", None)
+            say(f"session {session.session_id}" + (f": {where}" if where else ""), console=out)
+        elif name == "/events":
+            if argument not in ("on", "off"):
+                say("usage: /events on|off")
+            else:
+                self.events = argument == "on"
+                say(f"(events {argument})")
+        elif name == "/save":
+            await self._save(session, argument)
+        else:
+            say(f"unknown command {name} (/help lists them)")
+        return None
+
+    async def _save(self, session: AmplifierSession, argument: str) -> None:
+        context: Any = session.coordinator.get("context")
+        messages = await _messages(context)
+        path = Path(argument or f"chat-{session.session_id[:8]}.md")
+        if path.suffix == ".jsonl":
+            text = "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in messages)
+        else:
+            text = "".join(line + "\n" for m in messages for line in describe_message(m))
+        try:
+            await anyio.to_thread.run_sync(_write_text, path, text)
+        except OSError as exc:
+            say(f"error: /save {path}: {exc.strerror or exc}")
+            return
+        say(f"(saved {len(messages)} messages to {path})")
+
+
+async def _messages(context: Any) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = await context.get_messages()
+    return messages
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+
+
+def _goodbye(session_id: str, path: Path, count: int) -> None:
+    if count:
+        say(f"saved session {session_id}: amplifier-anyio chat --resume {session_id}")
+        return
+    with contextlib.suppress(OSError):  # nothing was said: leave no empty session behind
+        if path.exists() and path.stat().st_size == 0:
+            path.unlink()
+        path.parent.rmdir()
+
+
+class LineReader:
+    """Lines of a text stream's file descriptor, read without blocking the event loop.
+
+    It waits for the descriptor to be readable (``anyio.wait_readable``: cancellable, no
+    thread left blocked on a terminal), then reads what is there. What cannot be waited
+    for that way — a regular file or ``/dev/null`` as stdin, a stream without a descriptor
+    — is read from a worker thread. ``readline()`` returns a line without its newline, or
+    None at the end of input (Ctrl-D on a terminal).
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        try:
+            self._fd: int | None = stream.fileno()
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+            self._fd = None
+        self._pollable = self._fd is not None and not stat.S_ISREG(os.fstat(self._fd).st_mode)
+        self._buffer = b""
+        self._eof = False
+
+    async def readline(self) -> str | None:
+        """The next line, or None at the end of input."""
+        while b"\n" not in self._buffer and not self._eof:
+            chunk = await self._read()
+            if chunk:
+                self._buffer += chunk
+            else:
+                self._eof = True
+        if not self._buffer:
+            await anyio.lowlevel.checkpoint()
+            return None
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode("utf-8", "replace")
+
+    async def _read(self) -> bytes:
+        if self._fd is None:
+            line = await anyio.to_thread.run_sync(self._stream.readline, abandon_on_cancel=True)
+            return line.encode("utf-8") if isinstance(line, str) else bytes(line)
+        if self._pollable:
+            try:
+                await anyio.wait_readable(self._fd)
+            except OSError:  # the descriptor cannot be polled (/dev/null under epoll)
+                self._pollable = False
+            else:
+                return os.read(self._fd, 65536)
+        return await anyio.to_thread.run_sync(os.read, self._fd, 65536)

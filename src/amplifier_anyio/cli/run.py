@@ -1,0 +1,181 @@
+"""``amplifier-anyio run``: one turn, its answer on stdout (or the TurnResult as JSON)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import typer
+
+from ..kernel._mount_plan import MountPlan
+from ..kernel._session import AmplifierSession
+from ..kernel._turns import TurnResult, TurnStatus
+from ._common import (
+    EventLog,
+    approval_system,
+    check_backend,
+    cli_command,
+    enter_session,
+    fail,
+    out,
+    print_events,
+    run_failure,
+    say,
+    turn_json,
+)
+from ._plans import PlanOptions, build_plan, read_prompt
+
+__all__ = ("run_command", "add_system_prompt")
+
+PlanOption = Annotated[
+    Path | None,
+    typer.Option("--plan", help="A mount plan (.yaml/.yml/.toml); default: the offline demo."),
+]
+BackendOption = Annotated[str, typer.Option("--backend", help="asyncio or trio.")]
+ProviderOption = Annotated[
+    str | None,
+    typer.Option(
+        "--provider",
+        help="openai, anthropic or scripted (the offline demo, default); builds the plan "
+        "(keys from OPENAI_API_KEY / ANTHROPIC_API_KEY). A --plan file wins.",
+    ),
+]
+ModelOption = Annotated[str | None, typer.Option("--model", help="The model to ask.")]
+BaseUrlOption = Annotated[
+    str | None,
+    typer.Option("--base-url", help="Where the API lives (an OpenAI-compatible local server)."),
+]
+SystemOption = Annotated[
+    str | None,
+    typer.Option("--system", help="A system prompt (@file reads it from a file)."),
+]
+MaxIterationsOption = Annotated[
+    str | None,
+    typer.Option("--max-iterations", metavar="N", help="Provider calls per turn, at most."),
+]
+ToolsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--tools",
+        help="filesystem,bash: the real tools, confined to the working directory, "
+        "asking on the terminal before a command runs or a file changes.",
+    ),
+]
+EventsOption = Annotated[bool, typer.Option("--events", help="Print the event stream live.")]
+EventsJsonlOption = Annotated[
+    Path | None,
+    typer.Option("--events-jsonl", help="Write every event, untruncated, as JSON lines to FILE."),
+]
+StrictOption = Annotated[
+    bool, typer.Option("--strict", help="Refuse config keys a module does not declare.")
+]
+
+
+def run_command(
+    prompt: Annotated[
+        str, typer.Argument(help="What to ask the agent; - reads stdin, @FILE a file.")
+    ],
+    *,
+    plan: PlanOption = None,
+    backend: BackendOption = "asyncio",
+    provider: ProviderOption = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    system: SystemOption = None,
+    max_iterations: MaxIterationsOption = None,
+    tools: ToolsOption = None,
+    events: EventsOption = False,
+    events_jsonl: EventsJsonlOption = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the TurnResult as one JSON object on stdout.")
+    ] = False,
+    strict: StrictOption = False,
+) -> None:
+    """Run one turn and print the answer."""
+    check_backend(backend)
+    options = PlanOptions(
+        plan=plan,
+        provider=provider,
+        model=model,
+        base_url=base_url,
+        max_iterations=max_iterations,
+        tools=tools,
+    )
+    with cli_command():
+        mount_plan = build_plan(options)
+        text = read_prompt(prompt)
+        system_text = read_prompt(system) if system is not None else None
+        log = EventLog(events_jsonl) if events_jsonl is not None else None
+        turn = _Turn(mount_plan, text, system=system_text, events=events, log=log, strict=strict)
+        try:
+            result, session_id = _run(turn, backend)
+        finally:
+            if log is not None:
+                log.close()
+    if json_output:
+        say(json.dumps(turn_json(result, session_id), ensure_ascii=False), console=out)
+    if result.status is TurnStatus.ERROR:
+        raise fail(f"the turn failed: {type(result.error).__name__}: {result.error}", code=1)
+    if not json_output:
+        say(result.text, console=out)
+    if result.status is not TurnStatus.SUCCESS:
+        say(f"(turn ended with status {result.status})")
+    raise typer.Exit(0 if result.status is not TurnStatus.CANCELLED else 1)
+
+
+class _Turn:
+    def __init__(
+        self,
+        plan: MountPlan,
+        prompt: str,
+        *,
+        system: str | None,
+        events: bool,
+        log: EventLog | None,
+        strict: bool,
+    ) -> None:
+        self.plan = plan
+        self.prompt = prompt
+        self.system = system
+        self.events = events
+        self.log = log
+        self.strict = strict
+
+    async def __call__(self) -> tuple[TurnResult, str]:
+        session = AmplifierSession(self.plan, strict=self.strict, approval_system=approval_system())
+        if self.log is not None:
+            self.log.open()
+            self.log.attach(session)
+        async with contextlib.AsyncExitStack() as stack:
+            await enter_session(stack, session)
+            if self.events:
+                print_events(session)
+            if self.system is not None:
+                await add_system_prompt(session, self.system)
+            return await session.run(self.prompt), session.session_id
+
+
+def _run(turn: _Turn, backend: str) -> tuple[TurnResult, str]:
+    try:
+        return anyio.run(turn, backend=backend)
+    except typer.Exit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure is one line and an exit code
+        raise run_failure(exc) from None
+
+
+async def add_system_prompt(session: AmplifierSession, text: str) -> bool:
+    """Put ``text`` first in the session's context as a system message, unless the history
+    already has one (a resumed conversation keeps its own). Returns whether it was added."""
+    context: Any = session.coordinator.get("context")
+    messages = await context.get_messages()
+    if any(message.get("role") == "system" for message in messages):
+        return False
+    if messages:
+        await context.set_messages([{"role": "system", "content": text}, *messages])
+    else:
+        await context.add_message({"role": "system", "content": text})
+    return True

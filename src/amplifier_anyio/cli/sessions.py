@@ -1,0 +1,236 @@
+"""``amplifier-anyio sessions``: the persistent transcripts ``chat`` writes.
+
+A session is a directory ``<home>/projects/<slug>/sessions/<id>/`` holding
+``context-messages.jsonl`` (context-persistent's file; ``<home>`` is ``$AMPLIFIER_HOME``,
+default ``~/.amplifier``; ``<slug>`` names the working directory). ``list`` shows the
+sessions of the working directory (``--all``: of every directory), newest first; ``show``
+prints one conversation; ``rm`` deletes one. A session is named by its id or by an
+unambiguous prefix of it, in any project.
+
+Each sub-command is one function registered on :data:`app` (``@app.command("name")``);
+a new one (``sessions approve ID CALL allow|deny``) is added the same way, and uses
+:func:`find_session` to resolve its ``ID``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import attrs
+import typer
+
+from ..contexts import _jsonl
+from ..contexts.persistent import CONTEXT_MESSAGES_FILENAME, amplifier_home, default_path
+from ._common import fail, one_line, out, say
+
+__all__ = (
+    "app",
+    "SessionInfo",
+    "find_session",
+    "list_sessions",
+    "project_sessions_dir",
+    "list_command",
+    "show_command",
+    "rm_command",
+    "describe_message",
+)
+
+app = typer.Typer(
+    name="sessions",
+    help="List, show and remove the saved chat sessions (resume one with chat --resume ID).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_MIN_PREFIX = 4  # characters of an id that may name a session
+
+
+@attrs.frozen(kw_only=True)
+class SessionInfo:
+    """One saved session: its id, transcript file and what the file holds."""
+
+    session_id: str
+    path: Path
+    """The ``context-messages.jsonl`` file."""
+    updated: datetime
+    """When the transcript last changed (local time)."""
+    messages: int
+    title: str
+    """The first user prompt, on one line."""
+
+    @property
+    def directory(self) -> Path:
+        """The session's directory (what ``rm`` deletes)."""
+        return self.path.parent
+
+
+def project_sessions_dir(cwd: Path | None = None) -> Path:
+    """The sessions directory of a working directory (default: the current one)."""
+    return default_path("x", cwd).parent.parent
+
+
+def _all_sessions_dirs() -> list[Path]:
+    projects = amplifier_home() / "projects"
+    if not projects.is_dir():
+        return []
+    return sorted(path / "sessions" for path in projects.iterdir() if (path / "sessions").is_dir())
+
+
+def _info(path: Path) -> SessionInfo | None:
+    try:
+        stat = path.stat()
+        messages, _torn = _jsonl.read_messages(path)
+    except (OSError, _jsonl.ContextFileError):
+        return None
+    title = next(
+        (_text(m) for m in messages if m.get("role") == "user" and _text(m).strip()), "(empty)"
+    )
+    return SessionInfo(
+        session_id=path.parent.name,
+        path=path,
+        updated=datetime.fromtimestamp(stat.st_mtime).astimezone(),
+        messages=len(messages),
+        title=one_line(title),
+    )
+
+
+def list_sessions(*, every_project: bool = False) -> list[SessionInfo]:
+    """The saved sessions of the working directory (or of every one), newest first."""
+    directories = _all_sessions_dirs() if every_project else [project_sessions_dir()]
+    found = [
+        info
+        for directory in directories
+        if directory.is_dir()
+        for child in directory.iterdir()
+        if (info := _info(child / CONTEXT_MESSAGES_FILENAME)) is not None
+    ]
+    return sorted(found, key=lambda info: info.updated, reverse=True)
+
+
+def find_session(name: str) -> SessionInfo:
+    """The session an id (or a prefix of one) names, in any project; else one line, exit 2."""
+    name = name.strip()
+    if not name or "/" in name or name in (".", ".."):
+        raise fail(f"not a session id: {name!r}")
+    here = project_sessions_dir()
+    for directory in [here, *(d for d in _all_sessions_dirs() if d != here)]:
+        info = _info(directory / name / CONTEXT_MESSAGES_FILENAME)
+        if info is not None:
+            return info
+    if len(name) >= _MIN_PREFIX:
+        matches = [i for i in list_sessions(every_project=True) if i.session_id.startswith(name)]
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            ids = ", ".join(info.session_id for info in matches[:5])
+            raise fail(f"{name!r} names {len(matches)} sessions ({ids}); give more of the id")
+    raise fail(f"no session {name!r} (amplifier-anyio sessions list --all shows them)")
+
+
+# -- sub-commands ----------------------------------------------------------------------------
+
+
+@app.command("list")
+def list_command(
+    every_project: Annotated[
+        bool, typer.Option("--all", help="Sessions of every working directory.")
+    ] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="One JSON object a line.")] = False,
+) -> None:
+    """List the saved sessions, newest first: id, last change, messages, first prompt."""
+    sessions = list_sessions(every_project=every_project)
+    for info in sessions:
+        if json_output:
+            record = {
+                "session_id": info.session_id,
+                "updated": info.updated.isoformat(timespec="seconds"),
+                "messages": info.messages,
+                "title": info.title,
+                "path": str(info.path),
+            }
+            say(json.dumps(record, ensure_ascii=False), console=out)
+            continue
+        when = info.updated.strftime("%Y-%m-%d %H:%M")
+        title = info.title if len(info.title) <= 60 else info.title[:59] + "…"
+        say(f"{info.session_id}  {when}  {info.messages:>4} msgs  {title}", console=out)
+    if not sessions and not json_output:
+        where = "anywhere" if every_project else "for this directory (--all: every directory)"
+        say(f"no saved sessions {where}")
+
+
+@app.command("show")
+def show_command(
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="A session id (or prefix).")],
+    json_output: Annotated[
+        bool, typer.Option("--json", help="The messages as they are stored, one a line.")
+    ] = False,
+) -> None:
+    """Print one session's conversation (tool calls and results shortened)."""
+    info = find_session(session_id)
+    messages, _torn = _jsonl.read_messages(info.path)
+    if json_output:
+        for message in messages:
+            say(json.dumps(message, ensure_ascii=False), console=out)
+        return
+    say(f"session {info.session_id}: {info.messages} messages, {info.path}")
+    for message in messages:
+        for line in describe_message(message):
+            say(line, console=out)
+
+
+@app.command("rm")
+def rm_command(
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="A session id (or prefix).")],
+) -> None:
+    """Delete a saved session (its whole directory)."""
+    info = find_session(session_id)
+    try:
+        shutil.rmtree(info.directory)
+    except OSError as exc:
+        raise fail(f"cannot remove {info.directory}: {exc.strerror or exc}") from None
+    say(f"removed session {info.session_id}")
+
+
+# -- showing messages ------------------------------------------------------------------------
+
+_SHORT = 200  # characters of a tool call or result shown
+
+
+def describe_message(message: dict[str, Any]) -> list[str]:
+    """The lines ``show`` (and ``chat --resume``) print for one stored message."""
+    role = message.get("role", "?")
+    text = _text(message).strip()
+    if role == "tool":
+        name = message.get("name") or message.get("tool_call_id", "")
+        return [f"  <- {name}: {_short(text)}"]
+    lines = [f"{role}: {text}"] if text else []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        name = call.get("name") or function.get("name", "?")
+        arguments = call.get("arguments", function.get("arguments", {}))
+        shown = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        lines.append(f"  -> {name}({_short(shown)})")
+    return lines
+
+
+def _short(text: str) -> str:
+    text = one_line(text)
+    return text if len(text) <= _SHORT else text[: _SHORT - 1] + "…"
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(block.get("text", ""))
+            for block in content
+            if isinstance(block, dict) and block.get("type") == "text"
+        )
+    return ""
