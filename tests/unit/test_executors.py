@@ -9,6 +9,7 @@ threads, processes and the cluster's sockets do not follow a virtual clock.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -90,8 +91,9 @@ def without_pids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if message["role"] == "tool" and isinstance(content, str) and '"pid"' in content:
             data = json.loads(content)
             data.pop("pid")
-            message = {**message, "content": json.dumps(data)}
-        cleaned.append(message)
+            cleaned.append({**message, "content": json.dumps(data)})
+        else:
+            cleaned.append(message)
     return cleaned
 
 
@@ -117,8 +119,6 @@ async def test_thread_and_process_executors_give_the_local_context(executor: str
 
 
 async def test_the_process_executor_runs_calls_in_other_processes() -> None:
-    import os
-
     result, messages = await run_plan(plan([call("a"), call("b")], "process"))
     assert result.status == "success"
     pids = {json.loads(c)["pid"] for c in tool_contents(messages).values()}
@@ -152,7 +152,7 @@ async def test_an_immediate_cancel_keeps_finished_results_and_leaves_nothing_on_
             return [k for k in client.run_on_scheduler(_task_keys) if turn in k]
 
         with anyio.fail_after(20):  # generous: the scheduler forgets released keys soon
-            while await anyio.to_thread.run_sync(keys_of_the_turn):
+            while await anyio.to_thread.run_sync(keys_of_the_turn):  # noqa: ASYNC110 - a poll
                 await anyio.sleep(0.05)
     assert result.status == "cancelled"
     contents = tool_contents(messages)
