@@ -43,6 +43,9 @@ from trio.testing import MockClock
 DEFAULT_OVERHEAD_MS = {"process": 1.8, "dask": 10.1}
 """Per-call overhead measured on the 2-core development machine (docs/scale-out.md)."""
 
+TICK = 0.01
+"""Virtual seconds between the arrival loop's wake-ups (arrival times stay exact)."""
+
 UTILISATIONS = (0.995, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7)
 """Offered utilisations tried: W = ceil(offered load / u)."""
 
@@ -90,16 +93,23 @@ async def simulate(model: Model, workers: int, overhead_s: float) -> dict[str, A
     waits: list[float] = []
     latencies: list[float] = []
     busy = 0.0
-    while (now := trio.current_time()) < model.horizon:
-        for _ in range(fanout_of(rng, model.fanout)):
-            service = rng.lognormvariate(mu, model.tool_sigma) + overhead_s
-            start = max(now, heapq.heappop(free_at))
-            heapq.heappush(free_at, start + service)
-            if now >= model.warmup:
-                waits.append(start - now)
-                latencies.append(start - now + service)
-            busy += max(0.0, min(start + service, model.horizon) - max(start, model.warmup))
-        await trio.sleep(rng.expovariate(model.batch_rate))
+    arrival = rng.expovariate(model.batch_rate)  # the next batch's exact arrival time
+    while arrival < model.horizon:
+        # Wake at the tick that holds the next arrival, then take every batch due by now
+        # at its own exact time: few clock jumps, no rounding of the queueing delays.
+        await trio.sleep_until(math.ceil(arrival / TICK) * TICK)
+        now = trio.current_time()
+        while arrival <= now and arrival < model.horizon:
+            for _ in range(fanout_of(rng, model.fanout)):
+                service = rng.lognormvariate(mu, model.tool_sigma) + overhead_s
+                start = max(arrival, heapq.heappop(free_at))
+                heapq.heappush(free_at, start + service)
+                if arrival >= model.warmup:
+                    waits.append(start - arrival)
+                    latencies.append(start - arrival + service)
+                end = min(start + service, model.horizon)
+                busy += max(0.0, end - max(start, model.warmup))
+            arrival += rng.expovariate(model.batch_rate)
     waits.sort()
     latencies.sort()
     measured = model.horizon - model.warmup
