@@ -4,11 +4,12 @@ One turn of a session whose scripted provider asks for N parallel ``hash_work`` 
 (``tool-compute``; pure-Python SHA-256 rounds calibrated to ``cost`` seconds a call on
 this machine), run through ``local``, ``thread``, ``process`` (2 worker processes) and a
 2-worker Dask ``LocalCluster`` of processes (when ``distributed`` is installed). Each
-executor gets one untimed warm-up turn (worker processes start, workers mount the tool),
-then ``repeats`` timed turns; the median is reported with the throughput and the ratio to
-the ideal ``N * cost / workers`` (1 worker for local and thread: the tool holds the GIL;
-``cost`` is one call's time measured in this process after the case, so a loaded machine
-moves both sides). Interleaved turns of N empty calls (0 rounds) give
+executor's session is open for the whole suite and gets one untimed warm-up turn (worker
+processes start, workers mount the tool), then ``repeats`` timed turns, the executors
+taking turns in a rotated order (a change in the machine's load falls on all of them).
+The median is reported with the throughput and the ratio to the ideal ``N * cost / workers`` (1 worker for local and thread: the tool holds the GIL;
+``cost`` is the fastest local turn / N: local runs the calls one at a time at no
+measurable cost of its own). Interleaved turns of N empty calls (0 rounds) give
 ``overhead_ms_per_call = median(empty turn) * workers / N``: what the executor adds to a
 call. Runs on asyncio (the executors' own costs do not depend on the backend).
 """
@@ -19,6 +20,7 @@ import importlib.util
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
@@ -77,25 +79,39 @@ def _plan(executor: Any, n: int, turns: list[int]) -> dict[str, Any]:
     }
 
 
+async def _turn(session: AmplifierSession) -> float:
+    start = time.perf_counter()
+    result = await session.run("go")
+    elapsed = time.perf_counter() - start
+    if str(result.status) != "success":
+        msg = f"the benchmark turn ended {result.status}: {result.error}"
+        raise RuntimeError(msg)
+    return elapsed
+
+
 async def _measure(
-    executor: Any, n: int, rounds: int, repeats: int
-) -> tuple[list[float], list[float]]:
-    """Timed turns of N calls of ``rounds`` rounds, interleaved with turns of N empty
-    calls (0 rounds: the executor's own cost); the first turn warms up, untimed."""
+    names: list[str], n: int, rounds: int, repeats: int, step: Callable[[str], None]
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Every executor's session open at once; per repeat, each runs a turn of N calls of
+    ``rounds`` rounds and a turn of N empty calls (0 rounds: the executor's own cost), in
+    an order rotated each repeat, so that a change in the machine's load falls on all of
+    them. A first turn each warms up, untimed."""
     turns = [rounds] + [r for _ in range(repeats) for r in (rounds, 0)]
-    work: list[float] = []
-    empty: list[float] = []
-    async with AmplifierSession(_plan(executor, n, turns)) as session:
-        for index, turn_rounds in enumerate(turns):
-            start = time.perf_counter()
-            result = await session.run("go")
-            elapsed = time.perf_counter() - start
-            if str(result.status) != "success":
-                msg = f"the benchmark turn ended {result.status}: {result.error}"
-                raise RuntimeError(msg)
-            if index:
-                (work if turn_rounds else empty).append(elapsed)
-    return work, empty
+    found: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in names}
+    async with AsyncExitStack() as stack:
+        sessions = {}
+        for name in names:
+            plan = _plan(EXECUTOR_CASES[name][0], n, turns)
+            sessions[name] = await stack.enter_async_context(AmplifierSession(plan))
+            await _turn(sessions[name])
+        for repeat in range(repeats):
+            order = names[repeat % len(names) :] + names[: repeat % len(names)]
+            for name in order:
+                work, empty = found[name]
+                work.append(await _turn(sessions[name]))
+                empty.append(await _turn(sessions[name]))
+            step(f"executors: repeat {repeat + 1} of {repeats}, N={n}")
+    return found
 
 
 def executors_suite(
@@ -103,15 +119,18 @@ def executors_suite(
 ) -> dict[str, Any]:
     """Every executor case; must be called outside any event loop."""
     rounds = calibrate_rounds(cost)
-    cases: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
-    for name, (executor, workers) in EXECUTOR_CASES.items():
-        if name == "dask" and importlib.util.find_spec("distributed") is None:
-            skipped[name] = "distributed is not installed (the [dask] extra)"
-            continue
-        times, empty = anyio.run(_measure, executor, n, rounds, repeats, backend="asyncio")
-        # The cost of one call measured now, in this process: the machine may be loaded.
-        call_cost = _median_seconds(rounds, times=3)
+    names = list(EXECUTOR_CASES)
+    if importlib.util.find_spec("distributed") is None:
+        skipped["dask"] = "distributed is not installed (the [dask] extra)"
+        names.remove("dask")
+    runs = anyio.run(_measure, names, n, rounds, repeats, step, backend="asyncio")
+    measured = {name: (*runs[name], EXECUTOR_CASES[name][1]) for name in names}
+    # One call's cost: the fastest local turn / N (local runs the calls one at a time, at
+    # no measurable cost of its own), so the ideal moves with the machine's load.
+    call_cost = min(measured["local"][0]) / n
+    cases: list[dict[str, Any]] = []
+    for name, (times, empty, workers) in measured.items():
         median = statistics.median(times)
         ideal = n * call_cost / workers
         cases.append(
@@ -129,7 +148,6 @@ def executors_suite(
                 "overhead_ms_per_call": statistics.median(empty) * workers / n * 1000,
             }
         )
-        step(f"executors: {name} N={n}")
     return {
         "rounds": rounds,
         "target_cost_ms": cost * 1000,
