@@ -7,9 +7,10 @@ this machine), run through ``local``, ``thread``, ``process`` (2 worker processe
 executor's session is open for the whole suite and gets one untimed warm-up turn (worker
 processes start, workers mount the tool), then ``repeats`` timed turns, the executors
 taking turns in a rotated order (a change in the machine's load falls on all of them).
-The median is reported with the throughput and the ratio to the ideal ``N * cost / workers`` (1 worker for local and thread: the tool holds the GIL;
-``cost`` is the fastest local turn / N: local runs the calls one at a time at no
-measurable cost of its own). Interleaved turns of N empty calls (0 rounds) give
+The median is reported with the throughput and the ratio to the ideal
+``N * cost / workers`` (1 worker for local and thread: the tool holds the GIL; ``cost`` is
+the fastest local turn / N: local runs the calls one at a time at no measurable cost of
+its own). Interleaved turns of N empty calls (0 rounds) give
 ``overhead_ms_per_call = median(empty turn) * workers / N``: what the executor adds to a
 call. Runs on asyncio (the executors' own costs do not depend on the backend).
 """
