@@ -19,7 +19,7 @@ import pytest
 from amplifier_anyio import AmplifierSession, ConfigError
 from amplifier_anyio.events import TOOL_POST
 from amplifier_anyio.executors.dask import DaskExecutor, DaskExecutorConfig
-from amplifier_anyio.kernel import MountPlan
+from amplifier_anyio.kernel import MountPlan, validate_plan
 from amplifier_anyio.runtime import CANCELLED_MESSAGE, ProcessExecutor, ThreadExecutor
 
 pytestmark = pytest.mark.anyio
@@ -256,3 +256,13 @@ def test_dask_config_needs_exactly_one_place() -> None:
         DaskExecutorConfig.from_config({"address": "tcp://x:1", "local": {}})
     config = DaskExecutorConfig.from_config({"local": {"n_workers": 3, "processes": False}})
     assert (config.n_workers, config.processes, config.address) == (3, False, None)
+
+
+async def test_validate_reports_a_bad_executor_config() -> None:
+    good = plan([call("a")], {"module": "executor-dask", "config": {"local": {"n_workers": 1}}})
+    assert (await validate_plan(good)).errors == ()
+    bad = plan([call("a")], {"module": "thread", "config": {"max_workers": "many"}})
+    bad["tools"][0]["executor"] = {"module": "executor-dask", "config": {"address": 7}}
+    errors = (await validate_plan(bad)).errors
+    assert any("session.executor.config.max_workers" in e for e in errors), errors
+    assert any("executor-dask.address" in e for e in errors), errors
