@@ -40,7 +40,7 @@ import attrs
 import trio
 from trio.testing import MockClock
 
-DEFAULT_OVERHEAD_MS = {"process": 1.8, "dask": 10.1}
+DEFAULT_OVERHEAD_MS = {"process": 1.7, "dask": 10.0}
 """Per-call overhead measured on the 2-core development machine (docs/scale-out.md)."""
 
 TICK = 0.01
