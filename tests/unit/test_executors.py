@@ -32,7 +32,7 @@ def cluster() -> Iterator[Any]:
     """One in-process cluster for the module: 2 workers of 8 threads (room for the calls
     a cancel abandons on the workers, so that they never delay a later test's calls)."""
     with distributed.LocalCluster(
-        n_workers=2, processes=False, threads_per_worker=8, dashboard_address=None
+        n_workers=2, processes=False, threads_per_worker=8, dashboard_address="127.0.0.1:0"
     ) as local:
         yield local
 

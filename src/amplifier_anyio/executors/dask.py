@@ -213,7 +213,10 @@ class DaskExecutor:
                 n_workers=self.config.n_workers,
                 processes=self.config.processes,
                 threads_per_worker=self.config.threads_per_worker,
-                dashboard_address=None,
+                # Loopback, any free port: the scheduler's HTTP server always starts (None
+                # would mean 8787, taken by any other cluster on the machine).
+                host="127.0.0.1",
+                dashboard_address="127.0.0.1:0",
             )
 
     def _connect(self, address: Any) -> Any:
