@@ -266,3 +266,19 @@ async def test_validate_reports_a_bad_executor_config() -> None:
     errors = (await validate_plan(bad)).errors
     assert any("session.executor.config.max_workers" in e for e in errors), errors
     assert any("executor-dask.address" in e for e in errors), errors
+
+
+async def test_a_local_cluster_of_its_own_lives_as_long_as_the_session() -> None:
+    executor = {
+        "module": "executor-dask",
+        "config": {"local": {"n_workers": 1, "processes": False}},
+    }
+    async with AmplifierSession(plan([call("a", value=1), call("b", value=2)], executor)) as s:
+        result = await s.run("go")
+        messages = await s.coordinator.get("context").get_messages()
+        (dask,) = set(s.coordinator.tool_executors.values())
+        assert dask.cluster is not None
+    assert result.status == "success"
+    assert [json.loads(c)["value"] for c in tool_contents(messages).values()] == [1, 2]
+    assert dask.cluster is None  # closed by the session's cleanup
+    assert dask.client is None

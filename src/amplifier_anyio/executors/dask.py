@@ -208,6 +208,8 @@ class DaskExecutor:
         from distributed import LocalCluster  # noqa: PLC0415
 
         # At most once: a task whose worker died is not re-run behind the call's back.
+        # Worker processes talk over loopback TCP (threads: in-process transport).
+        where = {"host": "127.0.0.1"} if self.config.processes else {}
         with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
             return LocalCluster(  # type: ignore[no-untyped-call]
                 n_workers=self.config.n_workers,
@@ -215,8 +217,8 @@ class DaskExecutor:
                 threads_per_worker=self.config.threads_per_worker,
                 # Loopback, any free port: the scheduler's HTTP server always starts (None
                 # would mean 8787, taken by any other cluster on the machine).
-                host="127.0.0.1",
                 dashboard_address="127.0.0.1:0",
+                **where,
             )
 
     def _connect(self, address: Any) -> Any:
