@@ -9,7 +9,14 @@ import attrs
 
 from ..errors import ConfigError
 
-__all__ = ("BACKENDS", "SUITES", "BenchConfig", "backend_problem", "backend_spec")
+__all__ = (
+    "BACKENDS",
+    "SUITES",
+    "ALL_SUITES",
+    "BenchConfig",
+    "backend_problem",
+    "backend_spec",
+)
 
 BACKENDS: dict[str, tuple[str, dict[str, Any]]] = {
     "asyncio": ("asyncio", {}),
@@ -19,7 +26,11 @@ BACKENDS: dict[str, tuple[str, dict[str, Any]]] = {
 """Every backend the benchmark knows: name -> (anyio backend, backend options)."""
 
 SUITES = ("fanout", "emit", "batch", "compaction")
-"""The parts of a run: full-loop fan-out, hook emit, tool batch, compaction."""
+"""The parts of a default run: full-loop fan-out, hook emit, tool batch, compaction."""
+
+ALL_SUITES = (*SUITES, "executors")
+"""Every suite ``--suite`` accepts; ``executors`` (CPU-bound calls through each executor,
+worker processes and a Dask cluster) runs only when asked for."""
 
 _NEEDS = {"asyncio+uvloop": "uvloop", "trio": "trio"}
 
@@ -74,7 +85,9 @@ class BenchConfig:
     ``repeats``: timed runs per case (R); ``emit_handlers`` / ``emit_iterations``: the
     emit micro-benchmark; ``batch_size``: calls in the tool-batch micro-benchmark;
     ``compaction_sizes``: history lengths of the compaction benchmark; ``memory``: also
-    measure peak memory per in-flight call (a separate, traced run per case).
+    measure peak memory per in-flight call (a separate, traced run per case);
+    ``executor_calls`` / ``executor_cost``: the executors suite's N calls of that many
+    seconds of CPU work each.
     """
 
     sizes: tuple[int, ...] = attrs.field(
@@ -88,7 +101,7 @@ class BenchConfig:
         default=tuple(BACKENDS), converter=tuple, validator=_known(BACKENDS, "backends")
     )
     suites: tuple[str, ...] = attrs.field(
-        default=SUITES, converter=tuple, validator=_known(SUITES, "suites")
+        default=SUITES, converter=tuple, validator=_known(ALL_SUITES, "suites")
     )
     repeats: int = attrs.field(default=7)
     emit_handlers: tuple[int, ...] = attrs.field(
@@ -102,12 +115,24 @@ class BenchConfig:
         validator=_positive_ints("compaction_sizes"),
     )
     memory: bool = True
+    executor_calls: int = attrs.field(default=40)
+    executor_cost: float = attrs.field(default=0.05)
     quick: bool = False
 
     @repeats.validator
     def _check_repeats(self, _: Any, value: int) -> None:
         if value < 1:
             raise ConfigError(f"repeats: expected at least 1, got {value}")
+
+    @executor_calls.validator
+    def _check_executor_calls(self, _: Any, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"executor_calls: expected at least 1, got {value!r}")
+
+    @executor_cost.validator
+    def _check_executor_cost(self, _: Any, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 10:
+            raise ConfigError(f"executor_cost: expected seconds in (0, 10), got {value!r}")
 
     @classmethod
     def full(cls, **changes: Any) -> BenchConfig:
@@ -123,6 +148,8 @@ class BenchConfig:
             "emit_iterations": 5_000,
             "batch_size": 500,
             "compaction_sizes": (100, 1_000, 10_000),
+            "executor_calls": 16,
+            "executor_cost": 0.02,
             "quick": True,
         }
         settings.update(changes)

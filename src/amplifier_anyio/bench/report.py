@@ -135,6 +135,36 @@ def _compaction_table(report: dict[str, Any], markdown: bool) -> Table:
     return table
 
 
+def _executors_table(report: dict[str, Any], markdown: bool) -> Table:
+    suite = report["executors"]
+    title = f"Executors: N CPU-bound calls of {suite['rounds']} hash rounds each"
+    columns = [
+        "executor",
+        "workers",
+        "N",
+        "call ms",
+        "seconds",
+        "calls/s",
+        "ideal s",
+        "ratio",
+        "overhead ms/call",
+    ]
+    table = _table(title, columns, markdown)
+    for case in suite["cases"]:
+        table.add_row(
+            case["executor"],
+            str(case["workers"]),
+            str(case["n"]),
+            f"{case['cost_ms']:.1f}",
+            f"{case['seconds']:.3f}",
+            f"{case['calls_per_s']:.1f}",
+            f"{case['ideal_seconds']:.3f}",
+            f"{case['ratio']:.2f}",
+            f"{case['overhead_ms_per_call']:.2f}",
+        )
+    return table
+
+
 def _targets_table(report: dict[str, Any], markdown: bool) -> Table:
     table = _table("Targets", ["target", "backend", "measured", "under", "met"], markdown)
     for target in report["targets"]:
@@ -164,12 +194,16 @@ def render_tables(report: dict[str, Any], console: Console, *, markdown: bool = 
         tables.append(_batch_table(report, markdown))
     if report["compaction"]:
         tables.append(_compaction_table(report, markdown))
+    if report.get("executors"):
+        tables.append(_executors_table(report, markdown))
     tables.append(_targets_table(report, markdown))
     width = max(console.width, 200) if markdown else None
     for table in tables:
         console.print(table, width=width)
         if markdown:
             console.print()
+    for name, reason in (report.get("executors") or {}).get("skipped", {}).items():
+        console.print(f"skipped executor {name}: {reason}", highlight=False)
     if report["skipped_backends"]:
         for name, reason in report["skipped_backends"].items():
             console.print(f"skipped backend {name}: {reason}", highlight=False)

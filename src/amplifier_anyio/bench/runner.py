@@ -8,6 +8,7 @@ import anyio
 
 from .config import BenchConfig, backend_problem, backend_spec
 from .environment import environment, load_average
+from .executors import executors_suite
 from .suites import Step, backend_suite, compaction_suite
 from .targets import evaluate_targets
 
@@ -77,6 +78,13 @@ def run_benchmarks(config: BenchConfig, step: Step = _ignore) -> dict[str, Any]:
             report[key].extend(cases)
     if "compaction" in config.suites:
         report["compaction"] = compaction_suite(config.compaction_sizes, config.repeats, step)
+    if "executors" in config.suites:
+        report["executors"] = executors_suite(
+            n=config.executor_calls,
+            cost=config.executor_cost,
+            repeats=config.repeats,
+            step=step,
+        )
     report["environment"]["load_average_after"] = load_average()
     report["targets"] = evaluate_targets(report, backends)
     return report

@@ -38,7 +38,8 @@ def count_steps(config: BenchConfig, backends: int) -> int:
     if "batch" in config.suites:
         per_backend += 1
     compaction = len(config.compaction_sizes) if "compaction" in config.suites else 0
-    return per_backend * backends + compaction
+    executors = config.repeats if "executors" in config.suites else 0  # one step a repeat
+    return per_backend * backends + compaction + executors
 
 
 def _ignore(_: str) -> None:

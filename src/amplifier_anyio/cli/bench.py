@@ -30,7 +30,10 @@ def bench_command(
     ] = None,
     suite: Annotated[
         list[str] | None,
-        typer.Option("--suite", help="fanout, emit, batch or compaction (repeatable)."),
+        typer.Option(
+            "--suite",
+            help="fanout, emit, batch, compaction; executors only when named (repeatable).",
+        ),
     ] = None,
     size: Annotated[
         list[int] | None, typer.Option("--size", min=1, help="Tool calls per turn (repeatable).")

@@ -81,6 +81,11 @@ class ModuleCoordinator:
             "module-source-resolver": None,
         }
         self.capabilities: dict[str, Any] = {}
+        self.tool_executors: dict[str, Any] = {}
+        """Tool name → the :class:`~amplifier_anyio.runtime.ToolExecutor` its calls run on
+        (set by the session from the plan; a tool not listed runs in the batch itself)."""
+        self.tool_specs: dict[str, Any] = {}
+        """Tool name → the plan entry (:class:`ModuleSpec`) that mounted it."""
         self.channels: dict[str, list[dict[str, Any]]] = {}
         self.loader: Any = None
         self.validating = False

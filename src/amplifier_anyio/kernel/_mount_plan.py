@@ -5,9 +5,10 @@ The shape is upstream Amplifier's::
     session:
       orchestrator: loop-basic            # or {module, source, config}
       context: {module: context-simple, config: {max_tokens: 100000}}
+      executor: {module: process, config: {}}   # where tool calls run (default: local)
     orchestrator: {config: {max_iterations: 10}}   # config for the string form
     providers: [{module: provider-openai, config: {model: gpt-4o}}]
-    tools: [{module: tool-filesystem}]
+    tools: [{module: tool-filesystem}]      # or {module, config, executor: local}
     hooks: [{module: hooks-logging}]
     agents: {...}                          # passed through, not interpreted
 
@@ -44,6 +45,8 @@ class ModuleSpec:
     config: dict[str, Any] = attrs.field(factory=dict)
     instance_id: str | None = None
     optional: bool = False
+    executor: ModuleSpec | None = None
+    """A tool entry's own executor (``executor: local`` keeps a cheap tool local)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The plan entry as a dict (defaults left out)."""
@@ -56,6 +59,8 @@ class ModuleSpec:
             entry["instance_id"] = self.instance_id
         if self.optional:
             entry["optional"] = True
+        if self.executor is not None:
+            entry["executor"] = self.executor.to_dict()
         return entry
 
 
@@ -69,6 +74,8 @@ class MountPlan:
     tools: tuple[ModuleSpec, ...] = ()
     hooks: tuple[ModuleSpec, ...] = ()
     agents: dict[str, Any] = attrs.field(factory=dict)
+    executor: ModuleSpec | None = None
+    """The session's executor (``session.executor``); None: local."""
     raw: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
@@ -92,6 +99,7 @@ class MountPlan:
             tools=_entries(data, "tools"),
             hooks=_entries(data, "hooks"),
             agents=dict(agents),
+            executor=_executor(session.get("executor"), "session.executor"),
             raw=dict(data),
         )
 
@@ -165,6 +173,8 @@ class MountPlan:
                 "context": self.context.to_dict(),
             }
         }
+        if self.executor is not None:
+            plan["session"]["executor"] = self.executor.to_dict()
         for section in _SECTIONS:
             specs: tuple[ModuleSpec, ...] = getattr(self, section)
             if specs:
@@ -181,7 +191,13 @@ class MountPlan:
         return found
 
 
-_SESSION_MODULE_KEYS = ("orchestrator", "orchestrator_source", "context", "context_source")
+_SESSION_MODULE_KEYS = (
+    "orchestrator",
+    "orchestrator_source",
+    "context",
+    "context_source",
+    "executor",
+)
 
 
 _MAX_VALUES = 100_000
@@ -265,13 +281,25 @@ def _entries(data: Mapping[str, Any], section: str) -> tuple[ModuleSpec, ...]:
         return ()
     if not isinstance(value, list):
         _fail(section, f"expected a list, got {_kind(value)}")
-    specs = tuple(_spec(entry, f"{section}[{i}]") for i, entry in enumerate(value))
+    specs = tuple(
+        _spec(entry, f"{section}[{i}]", executor=section == "tools")
+        for i, entry in enumerate(value)
+    )
     if section == "providers":
         _check_instances(section, specs)
     return specs
 
 
-def _spec(entry: Any, field: str, *, id_field: str | None = None) -> ModuleSpec:
+def _executor(value: Any, field: str) -> ModuleSpec | None:
+    """An ``executor`` entry: a module id, or a ``{module, config}`` table."""
+    if value is None:
+        return None
+    return _spec(value, field)
+
+
+def _spec(
+    entry: Any, field: str, *, id_field: str | None = None, executor: bool = False
+) -> ModuleSpec:
     if isinstance(entry, str):
         entry = {"module": entry}
     if not isinstance(entry, Mapping):
@@ -302,6 +330,7 @@ def _spec(entry: Any, field: str, *, id_field: str | None = None) -> ModuleSpec:
         config=dict(config),
         instance_id=instance_id,
         optional=optional,
+        executor=_executor(entry.get("executor"), f"{field}.executor") if executor else None,
     )
 
 

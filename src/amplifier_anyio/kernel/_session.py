@@ -39,6 +39,7 @@ import inspect
 import logging
 import uuid
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -79,6 +80,21 @@ logger = logging.getLogger(__name__)
 
 _END_TIMEOUT = 10.0  # seconds the shielded session:end emit may take
 _MOUNT_POINT_OF = {"orchestrator": "orchestrator", "context": "context", "provider": "providers"}
+_MULTI_OF = {"provider": "providers", "tool": "tools"}
+_EXECUTOR_STOP_TIMEOUT = 10.0  # seconds an executor's stop() may take at cleanup
+
+
+async def _serve_executor(executor: Any, *, task_status: Any) -> None:
+    """An executor's life as a module service: start, run until stopped, stop (shielded)."""
+    await executor.start()
+    try:
+        task_status.started(executor)
+        await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_EXECUTOR_STOP_TIMEOUT) as bound:
+            await executor.stop()
+        if bound.cancelled_caught:
+            logger.error("executor %r did not stop within %s s", executor, _EXECUTOR_STOP_TIMEOUT)
 
 
 class SessionState(enum.Enum):
@@ -244,6 +260,7 @@ class AmplifierSession:
             ):
                 for spec in specs:
                     await self._mount_entry(kind, spec)
+            await self._mount_executors(plan)
             await self._session_ready()
         except BaseException:
             await self._undo_mounts()
@@ -277,7 +294,7 @@ class AmplifierSession:
     async def _mount(self, kind: str, spec: ModuleSpec) -> None:
         assert self.plan is not None
         mount = await self.loader.load(spec.module, spec.config, spec.source, self.coordinator)
-        before = dict(self.coordinator.get("providers")) if kind == "provider" else {}
+        before = dict(self.coordinator.get(_MULTI_OF[kind])) if kind in _MULTI_OF else {}
         try:
             cleanup = await mount(self.coordinator)
         except SessionError:
@@ -291,6 +308,64 @@ class AmplifierSession:
             self._ready_hooks.append((spec.module, ready))
         if kind == "provider" and spec.instance_id:
             self._rename_provider(before, spec)
+        if kind == "tool":
+            tools = self.coordinator.get("tools")
+            for name, tool in tools.items():
+                if before.get(name) is not tool:
+                    self.coordinator.tool_specs[name] = spec
+
+    async def _mount_executors(self, plan: MountPlan) -> None:
+        """Choose each tool's executor: its entry's ``executor``, else the session's.
+
+        ``local`` (or none) leaves a tool on the batch's own path. One executor object is
+        built per distinct plan entry; a module executor (``executor-dask``) is loaded as
+        a module whose ``mount`` returns it, and started as a module service.
+        """
+        from ..runtime._executors import builtin_executor  # noqa: PLC0415 - runtime needs kernel
+
+        built: dict[int, Any] = {}
+
+        async def build(spec: ModuleSpec, field: str) -> Any:
+            if id(spec) in built:
+                return built[id(spec)]
+            try:
+                executor = builtin_executor(spec.module, spec.config, field)
+            except LookupError:
+                executor = await self._mount_executor_module(spec, field)
+            if executor is not None and getattr(executor, "needs_service", True):
+                await self.coordinator.start_service(
+                    partial(_serve_executor, executor), name=f"executor:{spec.module}"
+                )
+            built[id(spec)] = executor
+            return executor
+
+        default = None
+        if plan.executor is not None:
+            default = await build(plan.executor, "session.executor")
+        executors: dict[str, Any] = {}
+        for name, spec in self.coordinator.tool_specs.items():
+            index = plan.tools.index(spec)
+            chosen = (
+                await build(spec.executor, f"tools[{index}].executor")
+                if spec.executor is not None
+                else default
+            )
+            if chosen is not None:
+                executors[name] = chosen
+        self.coordinator.tool_executors = executors
+
+    async def _mount_executor_module(self, spec: ModuleSpec, field: str) -> Any:
+        mount = await self.loader.load(spec.module, spec.config, spec.source, self.coordinator)
+        try:
+            executor = await mount(self.coordinator)
+        except (ConfigError, SessionError):
+            raise
+        except Exception as exc:
+            raise ModuleLoadError(spec.module, describe(exc), kind="executor") from exc
+        if not callable(getattr(executor, "run", None)):
+            msg = f"{field}.module: {spec.module!r} is not an executor (its mount returned none)"
+            raise ConfigError(msg)
+        return executor
 
     def _rename_provider(self, before: dict[str, Any], spec: ModuleSpec) -> None:
         """Mount what the entry added under its ``instance_id``: one provider takes it,

@@ -87,6 +87,8 @@ async def validate_plan(
             await _check_module(
                 kind, spec, loader=loader, coordinator=coordinator, strict=strict, findings=findings
             )
+        for field, spec in _executor_specs(parsed):
+            await _check_executor(field, spec, loader, coordinator, findings)
     finally:
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + _CLEANUP_SECONDS
@@ -154,6 +156,47 @@ async def _check_module(
     point = _MOUNT_POINT_OF.get(kind)
     if point is not None and coordinator.get(point) is None:
         findings.errors.append(f"{label}: mounted nothing at {point!r}")
+
+
+def _executor_specs(plan: MountPlan) -> list[tuple[str, ModuleSpec]]:
+    """Every executor entry of the plan, with the field that names it."""
+    found = [("session.executor", plan.executor)] if plan.executor is not None else []
+    found.extend(
+        (f"tools[{i}].executor", spec.executor)
+        for i, spec in enumerate(plan.tools)
+        if spec.executor is not None
+    )
+    return found
+
+
+async def _check_executor(
+    field: str,
+    spec: ModuleSpec,
+    loader: ModuleLoader,
+    coordinator: ModuleCoordinator,
+    findings: _Findings,
+) -> None:
+    """A built-in executor's config, or an executor module found and its config accepted
+    (its ``mount`` only builds the executor: it starts nothing until the session does)."""
+    from ..runtime._executors import builtin_executor  # noqa: PLC0415 - runtime needs kernel
+
+    try:
+        builtin_executor(spec.module, spec.config, field)
+    except ConfigError as exc:
+        findings.errors.append(str(exc))
+        return
+    except LookupError:
+        pass
+    else:
+        await anyio.lowlevel.checkpoint()
+        return
+    try:
+        executor = await (await loader.load(spec.module, spec.config, spec.source))(coordinator)
+    except Exception as exc:  # noqa: BLE001 - every problem is reported, one line each
+        findings.errors.append(f"{field}: {describe(exc)}")
+        return
+    if not callable(getattr(executor, "run", None)):
+        findings.errors.append(f"{field}.module: {spec.module!r} is not an executor")
 
 
 def _check_schema(

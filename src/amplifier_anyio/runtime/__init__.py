@@ -1,8 +1,19 @@
-"""What every orchestrator shares: the turn engine, the structured tool batch, the
-request helpers and the stream relay."""
+"""What every orchestrator shares: the turn engine, the structured tool batch, where tool
+calls run (executors), the request helpers and the stream relay."""
 
 from __future__ import annotations
 
+from ._executors import (
+    BUILTIN_EXECUTORS,
+    LocalExecutor,
+    ProcessExecutor,
+    ThreadExecutor,
+    ToolExecutionContext,
+    ToolExecutor,
+    WorkerToolError,
+    builtin_executor,
+    run_tool_in_worker,
+)
 from ._requests import (
     LOOP_LIMIT_REMINDER,
     LOST_RESULT,
@@ -31,6 +42,16 @@ __all__ = (
     "ToolBatchConfig",
     "cancelled_result",
     "CANCELLED_MESSAGE",
+    # executors
+    "ToolExecutor",
+    "ToolExecutionContext",
+    "LocalExecutor",
+    "ThreadExecutor",
+    "ProcessExecutor",
+    "BUILTIN_EXECUTORS",
+    "builtin_executor",
+    "run_tool_in_worker",
+    "WorkerToolError",
     # requests
     "LOOP_LIMIT_REMINDER",
     "LOST_RESULT",

@@ -42,6 +42,7 @@ from ..kernel._coordinator import ModuleCoordinator
 from ..kernel._tracing import ToolCallContext, current_trace_id, tool_call_scope
 from ..models import INVALID_ARGUMENTS_KEY, HookResult, ToolCall, ToolResult, unstructure
 from ..models._validators import number
+from ._executors import ToolExecutionContext
 from ._requests import pending_injection
 
 if TYPE_CHECKING:
@@ -108,6 +109,7 @@ class ToolBatch:
     _token: CancellationToken = attrs.field(init=False)
     _hooks_owner: ModuleCoordinator = attrs.field(init=False)
     _is_async: dict[str, bool] = attrs.field(init=False, factory=dict)
+    _executors: Mapping[str, Any] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self._slots = [None] * len(self.calls)
@@ -118,6 +120,7 @@ class ToolBatch:
             self.coordinator = ModuleCoordinator()
         self._hooks_owner = self.coordinator
         self._token = self.coordinator.cancellation
+        self._executors = getattr(self.coordinator, "tool_executors", None) or {}
 
     @property
     def finished(self) -> int:
@@ -310,13 +313,30 @@ class ToolBatch:
         timeout = self.config.tool_timeout
         with tool_call_scope(context):
             try:
+                if self._executors and call.name in self._executors:  # not local: an executor
+                    work = self._elsewhere(call, tool, tool_input, context)
+                else:
+                    work = self._start(call.name, tool, tool_input)
                 if timeout is None:  # no cancel scope at all: one per call is measurable
-                    return _as_result(await self._start(call.name, tool, tool_input))
+                    return _as_result(await work)
                 with anyio.move_on_after(timeout):
-                    return _as_result(await self._start(call.name, tool, tool_input))
+                    return _as_result(await work)
             except Exception as exc:  # noqa: BLE001 - a failing tool is a result, not a crash
                 return await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
         return await self._error(index, call, "TimeoutError", f"timed out after {timeout} s")
+
+    def _elsewhere(
+        self, call: ToolCall, tool: Any, tool_input: Any, context: ToolCallContext
+    ) -> Awaitable[ToolResult]:
+        """The call on its executor (DESIGN §11), with what it needs to run it elsewhere."""
+        coordinator = self._hooks_owner
+        ctx = ToolExecutionContext(
+            call=context,
+            spec=coordinator.tool_specs.get(call.name),
+            session_id=coordinator.session_id,
+        )
+        result: Awaitable[ToolResult] = self._executors[call.name].run(call, tool, tool_input, ctx)
+        return result
 
     def _start(self, name: str, tool: Any, tool_input: dict[str, Any]) -> Awaitable[Any]:
         """The awaitable that runs the tool: its own coroutine when async (no extra frame)."""

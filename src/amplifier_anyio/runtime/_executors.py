@@ -1,0 +1,362 @@
+"""Where a tool call runs: the :class:`ToolExecutor` seam of the tool batch.
+
+The tool batch decides *what* happens to a call (hooks, timeout, its slot, the cancelled
+result); an executor decides only *where* the tool's code runs. A plan chooses one for the
+session and may override it per tool entry::
+
+    session:
+      orchestrator: loop-basic
+      context: context-simple
+      executor: {module: process, config: {max_workers: 4}}
+    tools:
+      - {module: tool-compute}                   # runs in a worker process
+      - {module: tool-demo, executor: local}     # a cheap tool stays in the event loop
+
+Built in:
+
+- ``local`` (the default) — the call runs in the batch's task group, exactly as it did
+  before executors existed: a tool without an executor takes no extra step at all;
+- ``thread`` — each call in a worker thread (an async tool in a fresh event loop there),
+  under one :class:`anyio.CapacityLimiter` shared by all its calls (``max_workers``, or
+  anyio's default thread limiter). A cancel waits for the thread, as for a synchronous
+  tool: a thread cannot be interrupted;
+- ``process`` — each call in a worker process (:func:`anyio.to_process.run_sync`), which
+  rebuilds the tool from its plan entry (module id + config, mounted once per worker
+  process) and runs it. A cancel kills that worker process, so nothing of the call runs on.
+
+Other executors are modules (``executor-dask``): the module's ``mount(coordinator,
+config)`` returns its executor. An executor with ``needs_service = True`` (the default for
+modules) is started and stopped as a module service: ``start()`` then ``stop()`` in one
+service task of the session (so a plan that uses one needs ``async with``).
+
+Whatever the executor, the batch keeps DESIGN §6's invariants: the executor returns a
+result or raises; a timeout or cancel reaches it as a cancellation of the awaiting task,
+and the call then gets the batch's timeout or cancelled result.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+from collections.abc import Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import anyio
+import attrs
+
+from ..errors import ConfigError
+from ..kernel._mount_plan import ModuleSpec
+from ..kernel._tracing import ToolCallContext
+from ..models import ToolCall, ToolResult
+from ..models._validators import number
+
+if TYPE_CHECKING:
+    from ..interfaces import Tool
+
+__all__ = (
+    "ToolExecutor",
+    "ToolExecutionContext",
+    "LocalExecutor",
+    "ThreadExecutor",
+    "ProcessExecutor",
+    "BUILTIN_EXECUTORS",
+    "builtin_executor",
+    "run_tool_in_worker",
+    "WorkerToolError",
+)
+
+
+@attrs.frozen(kw_only=True)
+class ToolExecutionContext:
+    """What an executor learns about one call besides the tool and its input.
+
+    ``spec`` is the plan entry that mounted the tool (module id, source, config): an
+    executor that runs the call elsewhere rebuilds the tool from it. ``session_id`` and
+    ``call.trace_id`` (the turn) name the call on a cluster.
+    """
+
+    call: ToolCallContext
+    spec: ModuleSpec | None = None
+    session_id: str | None = None
+
+
+@runtime_checkable
+class ToolExecutor(Protocol):
+    """Runs one tool call somewhere and returns its result.
+
+    ``run`` returns the call's :class:`~amplifier_anyio.models.ToolResult` (or raises: the
+    batch turns an exception into the call's error result). A timeout or cancel arrives as
+    the awaiting task's cancellation: the executor releases what it holds for the call and
+    lets the cancellation propagate. ``start`` / ``stop`` bracket the executor's life in a
+    module service of the session (when ``needs_service`` is true).
+    """
+
+    name: str
+    needs_service: bool
+
+    async def run(
+        self, call: ToolCall, tool: Tool, tool_input: Any, ctx: ToolExecutionContext
+    ) -> ToolResult:
+        """Run ``tool`` on ``tool_input`` for ``call``."""
+        ...
+
+    async def start(self) -> None:
+        """Acquire what the executor needs (a client, a cluster)."""
+        ...
+
+    async def stop(self) -> None:
+        """Release it (called shielded and bounded at the session's cleanup)."""
+        ...
+
+
+class WorkerToolError(RuntimeError):
+    """A tool could not be rebuilt or run in a worker (the message says why)."""
+
+
+def as_result(value: Any) -> ToolResult:
+    """A tool's return value as a ToolResult."""
+    return value if isinstance(value, ToolResult) else ToolResult(success=True, output=value)
+
+
+async def _call_tool(tool: Any, tool_input: Any) -> ToolResult:
+    """Run a tool in the current event loop (a sync tool directly: this is a worker)."""
+    value = tool.execute(tool_input)
+    if inspect.isawaitable(value):
+        value = await value
+    return as_result(value)
+
+
+class _Builtin:
+    """Shared parts of the built-in executors: no service, nothing to start or stop."""
+
+    name = "local"
+    needs_service = False
+
+    async def start(self) -> None:
+        """Nothing to start."""
+        await anyio.lowlevel.checkpoint()
+
+    async def stop(self) -> None:
+        """Nothing to stop."""
+        await anyio.lowlevel.checkpoint()
+
+
+class LocalExecutor(_Builtin):
+    """The call runs in the batch's task group (the batch's own path; this class exists
+    for callers that want an explicit executor object, e.g. a benchmark)."""
+
+    name = "local"
+
+    async def run(
+        self, call: ToolCall, tool: Tool, tool_input: Any, ctx: ToolExecutionContext
+    ) -> ToolResult:
+        """Await an async tool here; a sync tool in a worker thread (waited for on cancel)."""
+        if inspect.iscoroutinefunction(tool.execute):
+            return as_result(await tool.execute(tool_input))
+        value: Any = await anyio.to_thread.run_sync(tool.execute, tool_input)
+        if inspect.isawaitable(value):
+            value = await value
+        return as_result(value)
+
+
+def _max_workers(config: Mapping[str, Any], field: str) -> int | None:
+    value = config.get("max_workers")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        msg = f"{field}.config.max_workers: expected an integer >= 1, got {value!r}"
+        raise ConfigError(msg)
+    return value
+
+
+def _run_in_thread(tool: Any, tool_input: Any) -> ToolResult:
+    """In a worker thread: a sync tool directly, an async one in a fresh event loop."""
+    if inspect.iscoroutinefunction(tool.execute):
+        return anyio.run(_call_tool, tool, tool_input)
+    value = tool.execute(tool_input)
+    if inspect.isawaitable(value):
+        return anyio.run(_await, value)
+    return as_result(value)
+
+
+async def _await(value: Any) -> ToolResult:
+    return as_result(await value)
+
+
+@attrs.define(eq=False)
+class ThreadExecutor(_Builtin):
+    """Each call in a worker thread, under one limiter shared by all its calls.
+
+    ``max_workers``: threads at once (None: anyio's default thread limiter, shared with
+    every other ``to_thread`` call of the process). A cancel waits for the thread to end:
+    its side effects happen, and its result is the call's result if it arrived in time.
+    """
+
+    max_workers: int | None = attrs.field(
+        default=None, validator=number(minimum=1, exclusive=False, optional=True, integer=True)
+    )
+    name: str = "thread"
+    _limiter: anyio.CapacityLimiter | None = attrs.field(init=False, default=None)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], field: str = "executor") -> ThreadExecutor:
+        """Build from a plan's ``config`` table (``max_workers``)."""
+        _unknown(config, ("max_workers",), field)
+        return cls(max_workers=_max_workers(config, field))
+
+    def _limit(self) -> anyio.CapacityLimiter:
+        if self._limiter is None:
+            if self.max_workers is None:
+                self._limiter = anyio.to_thread.current_default_thread_limiter()
+            else:
+                self._limiter = anyio.CapacityLimiter(self.max_workers)
+        return self._limiter
+
+    async def run(
+        self, call: ToolCall, tool: Tool, tool_input: Any, ctx: ToolExecutionContext
+    ) -> ToolResult:
+        """Run the tool in a worker thread of the shared limiter."""
+        return await anyio.to_thread.run_sync(
+            _run_in_thread, tool, tool_input, limiter=self._limit()
+        )
+
+
+@attrs.define(eq=False)
+class ProcessExecutor(_Builtin):
+    """Each call in a worker process that rebuilds the tool from its plan entry.
+
+    The tool's module must be importable in the worker (an installed package or an entry
+    point); a worker mounts a given module + config once and keeps it. ``max_workers``:
+    processes at once (None: anyio's default process limiter, the CPU count). A cancel
+    kills the worker process running the call.
+    """
+
+    max_workers: int | None = attrs.field(
+        default=None, validator=number(minimum=1, exclusive=False, optional=True, integer=True)
+    )
+    name: str = "process"
+    _limiter: anyio.CapacityLimiter | None = attrs.field(init=False, default=None)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], field: str = "executor") -> ProcessExecutor:
+        """Build from a plan's ``config`` table (``max_workers``)."""
+        _unknown(config, ("max_workers",), field)
+        return cls(max_workers=_max_workers(config, field))
+
+    def _limit(self) -> anyio.CapacityLimiter:
+        if self._limiter is None:
+            if self.max_workers is None:
+                self._limiter = anyio.to_process.current_default_process_limiter()
+            else:
+                self._limiter = anyio.CapacityLimiter(self.max_workers)
+        return self._limiter
+
+    async def run(
+        self, call: ToolCall, tool: Tool, tool_input: Any, ctx: ToolExecutionContext
+    ) -> ToolResult:
+        """Send module id, config, tool name and input to a worker process."""
+        spec = ctx.spec
+        if spec is None:
+            msg = f"tool {call.name!r} has no plan entry to rebuild it from in a worker process"
+            raise WorkerToolError(msg)
+        return await anyio.to_process.run_sync(
+            run_tool_in_worker,
+            spec.module,
+            spec.source,
+            json.dumps(spec.config, sort_keys=True, default=str),
+            call.name,
+            tool_input,
+            cancellable=True,
+            limiter=self._limit(),
+        )
+
+
+BUILTIN_EXECUTORS = ("local", "thread", "process")
+"""Executor ids the session builds itself (``executor-local`` etc. are the same)."""
+
+
+def builtin_executor(
+    module: str, config: Mapping[str, Any], field: str = "executor"
+) -> ToolExecutor | None:
+    """The built-in executor named ``module`` (None for ``local``: the batch's own path).
+
+    Raises :class:`LookupError` for a name that is not built in (a module, then).
+    """
+    name = module.removeprefix("executor-")
+    if name == "local":
+        _unknown(config, (), field)
+        return None
+    if name == "thread":
+        return ThreadExecutor.from_config(config, field)
+    if name == "process":
+        return ProcessExecutor.from_config(config, field)
+    raise LookupError(module)
+
+
+def _unknown(config: Mapping[str, Any], known: tuple[str, ...], field: str) -> None:
+    for key in config:
+        if key not in known:
+            accepted = ", ".join(known) or "none"
+            msg = f"{field}.config.{key}: unknown key (accepted: {accepted})"
+            raise ConfigError(msg)
+
+
+# -- the worker side ---------------------------------------------------------------------------
+
+_worker_tools: dict[tuple[str, str | None, str], dict[str, Any]] = {}
+_worker_lock = threading.Lock()
+
+
+async def _mount_tools(module: str, source: str | None, config: dict[str, Any]) -> dict[str, Any]:
+    from ..kernel._coordinator import ModuleCoordinator  # noqa: PLC0415 - worker side only
+    from ..kernel._loader import ModuleLoader  # noqa: PLC0415
+
+    coordinator = ModuleCoordinator()
+    loader = ModuleLoader(coordinator=coordinator)
+    mount = await loader.load(module, config, source, coordinator)
+    await mount(coordinator)
+    tools: dict[str, Any] = dict(coordinator.get("tools"))
+    return tools
+
+
+def _tools_of(module: str, source: str | None, config_json: str) -> dict[str, Any]:
+    """The tools of one plan entry in this worker, mounted on first use (cached)."""
+    key = (module, source, config_json)
+    with _worker_lock:
+        tools = _worker_tools.get(key)
+        if tools is None:
+            tools = anyio.run(_mount_tools, module, source, json.loads(config_json))
+            _worker_tools[key] = tools
+    return tools
+
+
+def run_tool_in_worker(
+    module: str, source: str | None, config_json: str, tool_name: str, tool_input: Any
+) -> ToolResult:
+    """In a worker (process or cluster): rebuild the tool from its plan entry, run it.
+
+    The module is mounted once per worker for a given module + config (its tools kept in
+    a cache); an async tool runs in a fresh event loop (``anyio.run``), a sync one
+    directly. The tool's module must not bind event-loop resources at mount time.
+    """
+    tools = _tools_of(module, source, config_json)
+    tool = tools.get(tool_name)
+    if tool is None:
+        mounted = ", ".join(sorted(tools)) or "none"
+        msg = f"module {module!r} mounts no tool {tool_name!r} in the worker (it mounts {mounted})"
+        raise WorkerToolError(msg)
+    return _run_in_thread(tool, tool_input)
+
+
+def worker_call(spec: ModuleSpec, call_name: str, tool_input: Any) -> partial[ToolResult]:
+    """``run_tool_in_worker`` bound to one call (a picklable callable for a cluster)."""
+    return partial(
+        run_tool_in_worker,
+        spec.module,
+        spec.source,
+        json.dumps(spec.config, sort_keys=True, default=str),
+        call_name,
+        tool_input,
+    )
