@@ -187,6 +187,22 @@ def test_a_bad_orchestrator_config_names_the_orchestrator(tmp_path: Path) -> Non
     )
 
 
+@pytest.mark.parametrize("key", ["turn_timeout", "tool_timeout"])
+@pytest.mark.parametrize("value", [".nan", ".inf", "-1"])
+def test_a_timeout_that_is_not_a_finite_positive_number_is_one_line(
+    tmp_path: Path, key: str, value: str
+) -> None:
+    path = plan_file(tmp_path, "{orchestrator: loop-basic, context: context-simple}")
+    path.write_text(
+        path.read_text(encoding="utf-8") + f"orchestrator: {{config: {{{key}: {value}}}}}\n",
+        encoding="utf-8",
+    )
+
+    for command in (("run", "--plan", str(path), "hi"), ("validate", str(path))):
+        message = one_line_error(invoke(*command))
+        assert f"loop-basic.{key}" in message, message
+
+
 def test_a_misspelt_required_tool_fails_the_start_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "plan.yaml"
     path.write_text(

@@ -22,10 +22,22 @@ import anyio
 import pytest
 
 from amplifier_anyio import AmplifierSession
-from amplifier_anyio.errors import ApprovalTimeoutError
+from amplifier_anyio.errors import (
+    AmplifierError,
+    ApprovalTimeoutError,
+    ValidationError,
+    unwrap_group,
+)
 from amplifier_anyio.events import TOOL_POST, TOOL_PRE
 from amplifier_anyio.kernel import TurnResult
-from amplifier_anyio.models import ChatResponse, HookResult, TextBlock, ToolCall, ToolResult
+from amplifier_anyio.models import (
+    ChatResponse,
+    HookResult,
+    Message,
+    TextBlock,
+    ToolCall,
+    ToolResult,
+)
 from amplifier_anyio.orchestrators import LoopBasicOrchestrator
 from amplifier_anyio.providers.scripted import ScriptedProvider
 from amplifier_anyio.testing import MockContextManager, MockCoordinator, ScriptedApprovalSystem
@@ -475,3 +487,27 @@ def test_an_interrupt_from_a_tool_leaves_bare(
 
     assert [type(exc) for exc in caught] == [kind]
     assert left is None or type(left) is kind
+
+
+# -- one exception root and one group policy --------------------------------------------------
+
+
+def test_a_closed_field_out_of_range_raises_an_error_of_the_one_root() -> None:
+    with pytest.raises(ValidationError, match="role must be one of") as caught:
+        Message(role="bogus", content="x")  # type: ignore[arg-type]
+    assert isinstance(caught.value, AmplifierError)
+    assert isinstance(caught.value, ValueError)  # callers catching ValueError still do
+
+
+def test_unwrap_group_gives_the_one_error_a_caller_should_see() -> None:
+    plain = ValueError("plain")
+    assert unwrap_group(plain) is plain
+    only = KeyError("only")
+    assert unwrap_group(BaseExceptionGroup("g", [ExceptionGroup("inner", [only])])) is only
+    interrupt = KeyboardInterrupt()
+    mixed = BaseExceptionGroup("g", [ValueError("a"), BaseExceptionGroup("i", [interrupt])])
+    assert unwrap_group(mixed) is interrupt  # wins wherever it is
+    exit_ = SystemExit(3)
+    assert unwrap_group(BaseExceptionGroup("g", [RuntimeError("a"), exit_])) is exit_
+    several = ExceptionGroup("g", [ValueError("a"), KeyError("b")])
+    assert unwrap_group(several) is several  # two real failures stay a group

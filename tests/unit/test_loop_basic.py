@@ -160,6 +160,26 @@ async def test_an_unknown_default_provider_is_a_config_error_naming_it() -> None
         )
 
 
+async def test_a_turn_whose_provider_selection_fails_leaves_no_user_message_behind() -> None:
+    failing = Harness(default_provider="nowhere")
+    scripted = ScriptedProvider([text("answered")])
+
+    result = await failing.run({"scripted": scripted}, prompt="first try")
+
+    assert result.status == "error"
+    assert await failing.context.get_messages() == []  # nothing half-recorded
+    # The retry on the same context sends the prompt once, not twice.
+    retry = LoopBasicOrchestrator({})
+    again = await retry.run_turn(
+        "second try", failing.context, {"scripted": scripted}, {}, failing.hooks,
+        coordinator=failing.coordinator,
+    )  # fmt: skip
+    assert again.text == "answered"
+    (request,) = scripted.requests
+    assert [m.role for m in request.messages] == ["user"]
+    assert contents(request) == ["second try"]
+
+
 # -- injections ------------------------------------------------------------------------------
 
 

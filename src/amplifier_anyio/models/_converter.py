@@ -16,7 +16,7 @@ import cattrs
 import cattrs.cols
 from cattrs.preconf.json import make_converter
 
-from ..errors import ValidationError
+from ..errors import ConfigError, ValidationError
 from ._messages import BLOCK_TYPES, ContentBlock
 
 __all__ = ("converter", "structure", "unstructure")
@@ -196,12 +196,16 @@ def structure(data: Any, cls: type[T]) -> T:
     except (cattrs.BaseValidationError, cattrs.StructureHandlerNotFoundError) as exc:
         lines = cattrs.transform_error(exc, path="$", format_exception=_describe)
         raise ValidationError([_split(line) for line in lines]) from exc
+    except ConfigError as exc:  # a field's validator: its message already names the field
+        raise ValidationError([str(exc)]) from exc
     except (ValueError, TypeError, KeyError) as exc:
-        raise ValidationError([f"<root>: {_describe(exc, cls)}"]) from exc
+        raise ValidationError([f"{cls.__name__}: {_describe(exc, cls)}"]) from exc
 
 
 def _split(line: str) -> str:
     message, _, path = line.rpartition(" @ ")
+    if message and path == "$":  # a validator of the whole value: its message names the field
+        return message
     return f"{_readable(path)}: {message}" if message else line
 
 

@@ -8,19 +8,19 @@ from typing import Any
 
 import attrs
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ValidationError
 
 
 def one_of(allowed: tuple[Any, ...], *, optional: bool = False) -> Callable[..., None]:
-    """Reject any value outside ``allowed`` (and None unless ``optional``), naming the field."""
+    """Reject any value outside ``allowed`` (and None unless ``optional``), naming the field:
+    a :class:`~amplifier_anyio.errors.ValidationError` (also a ``ValueError``)."""
 
     def check(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is None and optional:
             return
         if value not in allowed:
             choices = ", ".join(repr(a) for a in allowed)
-            msg = f"{attribute.name} must be one of {choices}, not {value!r}"
-            raise ValueError(msg)
+            raise ValidationError([f"{attribute.name} must be one of {choices}, not {value!r}"])
 
     return check
 

@@ -69,7 +69,7 @@ class LoopBasicConfig:
         try:
             return structure(config, cls)
         except ValidationError as exc:
-            raise ConfigError("; ".join(exc.errors)) from exc
+            raise ConfigError("; ".join(f"{cls.module_id}.{e}" for e in exc.errors)) from exc
 
     def turn_config(self) -> TurnConfig:
         """The engine's share of these settings."""
