@@ -361,6 +361,39 @@ def _bench_command(
             raise _fail(str(exc)) from None
 
 
+mcp_app = typer.Typer(help="Serve a session over MCP.", no_args_is_help=True)
+app.add_typer(mcp_app, name="mcp")
+
+
+@mcp_app.command("serve")
+def _mcp_serve_command(
+    plan: Annotated[
+        Path | None,
+        typer.Option("--plan", help="A mount plan (.yaml/.yml/.toml); default: the offline demo."),
+    ] = None,
+    backend: Annotated[str, typer.Option("--backend", help="asyncio or trio.")] = "asyncio",
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Refuse config keys a module does not declare.")
+    ] = False,
+) -> None:
+    """Serve the session as an MCP server on stdin/stdout: one tool, run(prompt)."""
+    _check_backend(backend)
+    if importlib.util.find_spec("mcp") is None:
+        raise _fail("mcp serve needs the MCP SDK (pip install 'amplifier-anyio[mcp]')")
+    from .mcp_server import serve_stdio
+
+    with _cli_command():
+        mount_plan = _load_plan(plan)
+        try:
+            anyio.run(_serve, serve_stdio, mount_plan, strict, backend=backend)
+        except Exception as exc:  # noqa: BLE001 - one line on stderr: stdout is the wire
+            raise _fail(_cause(_leaf(exc))) from None
+
+
+async def _serve(serve: Any, plan: MountPlan, strict: bool) -> None:
+    await serve(plan, strict=strict)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
