@@ -34,8 +34,10 @@ See ``docs/mcp.md``.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import fnmatch
+import json
 import logging
 import math
 import re
@@ -46,6 +48,12 @@ from typing import Any
 import anyio
 import anyio.abc
 import attrs
+import mcp
+import mcp_types
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, MCPServerError, describe
@@ -330,28 +338,43 @@ def _block(block: Any) -> dict[str, Any]:
 def result_of(result: Any, server: str) -> ToolResult:
     """An MCP ``CallToolResult`` as a :class:`ToolResult`.
 
-    Only text blocks and no structured content: the text (blocks joined by newlines).
-    Otherwise a dict with ``content`` (every block: ``text``, ``image`` with a base64
-    ``source``, ``audio``, ``resource``, ``resource_link``) and, when the server gave it,
-    ``structured_content``. ``is_error`` makes it an error result whose message is the
-    text the server gave.
+    - Only text blocks and no structured content: the text (blocks joined by newlines).
+    - Structured content whose text blocks only repeat it (the spec's compatibility text,
+      or an SDK's ``{"result": text}`` wrapping of a plain answer): the structured
+      content (respectively the text) alone.
+    - Otherwise a dict with ``content`` (every block: ``text``, ``image`` with a base64
+      ``source``, ``audio``, ``resource``, ``resource_link``) and, when the server gave
+      it, ``structured_content``.
+
+    ``is_error`` makes it an error result whose message is the text the server gave.
     """
     blocks = [_block(b) for b in result.content]
     structured = result.structured_content
     texts = [b["text"] for b in blocks if b["type"] == "text"]
+    joined = "\n".join(texts)
+    only_text = len(texts) == len(blocks)
     output: Any
-    if structured is None and len(texts) == len(blocks):
-        output = "\n".join(texts)
+    if only_text and (structured is None or (texts and structured == {"result": joined})):
+        output = joined
+    elif only_text and texts and _json_equal(joined, structured):
+        output = structured
     else:
         output = {"content": blocks}
         if structured is not None:
             output["structured_content"] = structured
     if result.is_error:
-        message = "\n".join(texts) or f"the MCP server {server!r} reported an error"
+        message = joined or f"the MCP server {server!r} reported an error"
         return ToolResult(
             success=False, output=output, error={"message": message, "type": "MCPToolError"}
         )
     return ToolResult(output=output)
+
+
+def _json_equal(text: str, value: Any) -> bool:
+    try:
+        return bool(json.loads(text) == value)
+    except ValueError:
+        return False
 
 
 def _error(message: str, kind: str) -> ToolResult:
@@ -524,22 +547,18 @@ class MCPConnection:
             raise TimeoutError(msg)
 
     def _open(self, lost: anyio.Event) -> Any:
-        from mcp import Client, StdioServerParameters  # noqa: PLC0415 - the [mcp] extra
-
         if self.config.command is not None:
-            params = StdioServerParameters(
+            params = mcp.StdioServerParameters(
                 command=self.config.command,
                 args=list(self.config.args),
                 env=self.config.env,
                 cwd=self.config.cwd,
             )
-            from mcp.client.stdio import stdio_client  # noqa: PLC0415
-
             transport: Any = stdio_client(params)
         else:
             assert self.config.url is not None
             transport = _HTTPTransport(self.config.url, self.config.headers)
-        return Client(
+        return mcp.Client(
             _WatchedTransport(transport, lost),
             mode=self.config.mode,
             message_handler=self._on_message,
@@ -569,8 +588,6 @@ class MCPConnection:
 
     @staticmethod
     def _modern_list_changed(client: Any) -> bool:
-        from mcp_types.version import MODERN_PROTOCOL_VERSIONS  # noqa: PLC0415
-
         tools = getattr(client.server_capabilities, "tools", None)
         return bool(
             client.protocol_version in MODERN_PROTOCOL_VERSIONS
@@ -614,8 +631,6 @@ class MCPConnection:
 
     async def call(self, mcp_name: str, arguments: dict[str, Any]) -> ToolResult:
         """Call the server's tool ``mcp_name``; every failure is an error result."""
-        from mcp import MCPError  # noqa: PLC0415
-
         client = self._client
         if client is None or self.state is not MCPConnectionState.READY:
             await anyio.lowlevel.checkpoint()
@@ -624,16 +639,14 @@ class MCPConnection:
             result = await client.call_tool(
                 mcp_name, arguments, read_timeout_seconds=self.config.timeout
             )
-        except MCPError as exc:
-            from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT  # noqa: PLC0415
-
-            if exc.code == REQUEST_TIMEOUT:
+        except mcp.MCPError as exc:
+            if exc.code == mcp_types.REQUEST_TIMEOUT:
                 message = (
                     f"MCP server {self.name!r}: {mcp_name} timed out after "
                     f"{self.config.timeout:g} s (the server was told to cancel it)"
                 )
                 return _error(message, "TimeoutError")
-            if exc.code == CONNECTION_CLOSED:
+            if exc.code == mcp_types.CONNECTION_CLOSED:
                 return _error(self._unavailable(), "MCPServerUnavailable")
             return _error(f"MCP server {self.name!r}: {exc.error.message}", "MCPError")
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -656,16 +669,11 @@ class _HTTPTransport:
     """The SDK's streamable-HTTP transport over an HTTP client carrying ``headers``."""
 
     def __init__(self, url: str, headers: dict[str, str] | None) -> None:
-        from contextlib import AsyncExitStack  # noqa: PLC0415
-
         self._url = url
         self._headers = headers
-        self._stack = AsyncExitStack()
+        self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> tuple[Any, Any]:
-        from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
-        from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: PLC0415
-
         stack = self._stack
         try:
             http = await stack.enter_async_context(create_mcp_http_client(headers=self._headers))

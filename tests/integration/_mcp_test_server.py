@@ -1,15 +1,16 @@
-"""A streamable-HTTP MCP server (the SDK's MCPServer under uvicorn) for tool-mcp's tests.
+"""An MCP server (the SDK's MCPServer) for tool-mcp's tests, over stdio or streamable HTTP.
 
-Run as ``python _mcp_http_server.py PORT``; it serves ``/mcp`` on 127.0.0.1:PORT until
-killed. Tools:
+``python _mcp_test_server.py PORT`` serves ``/mcp`` on 127.0.0.1:PORT (uvicorn) until
+killed; ``python _mcp_test_server.py stdio`` serves on stdin / stdout. Tools:
 
 - ``echo(text)`` answers the text;
 - ``slow(seconds, tag)`` sleeps, then answers the tag; a call cancelled by the client
   (``notifications/cancelled``) is recorded;
-- ``stats()`` answers ``{"calls": n, "cancelled": [tags]}``;
+- ``stats()`` answers ``{"calls": n, "cancelled": [tags], "max_active": m}`` (m: the most
+  ``slow`` calls running at once);
 - ``picture()`` answers a text block and a PNG image block;
 - ``fail()`` answers an ``is_error`` result;
-- ``grow()`` adds the tool ``extra`` and announces that the tool list changed.
+- ``grow(name)`` adds a tool ``name`` and announces that the tool list changed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 
 PNG = bytes.fromhex(
@@ -26,8 +28,8 @@ PNG = bytes.fromhex(
     "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
 )
 
-server = MCPServer("test-http")
-state: dict[str, object] = {"calls": 0, "cancelled": []}
+server = MCPServer("test-server", log_level="WARNING")
+state: dict[str, object] = {"calls": 0, "cancelled": [], "active": 0, "max_active": 0}
 
 
 @server.tool()
@@ -41,11 +43,15 @@ async def echo(text: str) -> str:
 async def slow(seconds: float, tag: str) -> str:
     """Sleep, then answer the tag."""
     state["calls"] = int(state["calls"]) + 1  # type: ignore[call-overload]
+    state["active"] = int(state["active"]) + 1  # type: ignore[call-overload]
+    state["max_active"] = max(int(state["max_active"]), int(state["active"]))  # type: ignore[call-overload]
     try:
         await anyio.sleep(seconds)
     except anyio.get_cancelled_exc_class():
         state["cancelled"].append(tag)  # type: ignore[attr-defined]
         raise
+    finally:
+        state["active"] = int(state["active"]) - 1  # type: ignore[call-overload]
     return tag
 
 
@@ -65,23 +71,26 @@ async def picture() -> list[object]:
 async def fail() -> str:
     """Always an error."""
     msg = "this tool always fails"
-    raise ValueError(msg)
+    raise ToolError(msg)
 
 
 @server.tool()
-async def grow(ctx: Context) -> str:
-    """Add the tool ``extra`` and announce the change."""
+async def grow(name: str, ctx: Context) -> str:
+    """Add a tool ``name`` and announce the change."""
 
     def extra() -> str:
         """A tool added at run time."""
-        return "extra!"
+        return f"{name}!"
 
-    server.add_tool(extra)
+    server.add_tool(extra, name=name)
     await ctx.notify_tools_changed()
     return "grown"
 
 
 def main() -> None:
+    if sys.argv[1] == "stdio":
+        server.run("stdio")
+        return
     port = int(sys.argv[1])
     app = server.streamable_http_app()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
