@@ -15,13 +15,14 @@ killed; ``python _mcp_test_server.py stdio`` serves on stdin / stdout. Tools:
 
 from __future__ import annotations
 
+import base64
 import sys
 
 import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.mcpserver.utilities.types import Image
+from mcp_types import CallToolResult, ImageContent, TextContent
 
 PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
@@ -62,9 +63,10 @@ async def stats() -> dict[str, object]:
 
 
 @server.tool()
-async def picture() -> list[object]:
+async def picture() -> CallToolResult:
     """A caption and a one-pixel PNG."""
-    return ["a pixel", Image(data=PNG, format="png")]
+    image = ImageContent(type="image", data=base64.b64encode(PNG).decode(), mime_type="image/png")
+    return CallToolResult(content=[TextContent(type="text", text="a pixel"), image])
 
 
 @server.tool()
