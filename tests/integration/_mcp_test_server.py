@@ -10,7 +10,9 @@ killed; ``python _mcp_test_server.py stdio`` serves on stdin / stdout. Tools:
   ``slow`` calls running at once);
 - ``picture()`` answers a text block and a PNG image block;
 - ``fail()`` answers an ``is_error`` result;
-- ``grow(name)`` adds a tool ``name`` and announces that the tool list changed.
+- ``grow(name)`` adds a tool ``name`` and announces that the tool list changed (a
+  ``subscriptions/listen`` event to a modern client, ``notifications/tools/list_changed``
+  to a legacy one).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ImageContent, TextContent
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
@@ -85,7 +88,10 @@ async def grow(name: str, ctx: Context) -> str:
         return f"{name}!"
 
     server.add_tool(extra, name=name)
-    await ctx.notify_tools_changed()
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        await ctx.notify_tools_changed()  # to subscriptions/listen
+    else:
+        await ctx.session.send_tool_list_changed()  # notifications/tools/list_changed
     return "grown"
 
 

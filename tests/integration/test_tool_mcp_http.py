@@ -131,11 +131,12 @@ async def test_images_errors_and_a_per_server_timeout(url: str) -> None:
     assert "'h': slow timed out after 0.5 s" in slow["content"]
 
 
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_a_changed_tool_list_is_mounted_at_the_next_turn(
-    url: str, anyio_backend: Any
+    url: str, anyio_backend: Any, mode: str
 ) -> None:
-    added = f"extra_{anyio_backend[0]}"
-    async with AmplifierSession(plan(url, [])) as session:
+    added = f"extra_{anyio_backend[0]}_{mode}"
+    async with AmplifierSession(plan(url, [], mode=mode)) as session:
         script = iter([calls(("h__grow", {"name": added})), text("grown"), text("listed")])
         provider = ScriptedProvider(lambda _request: next(script))
         await session.coordinator.mount("providers", provider, name="scripted")
