@@ -296,51 +296,52 @@ async def test_a_deny_rule_stops_a_git_commit_and_an_allow_rule_lets_it_run(repo
 # -- cancellation and the server process -----------------------------------------------------
 
 
-async def test_an_immediate_cancel_abandons_the_call_and_the_server_is_told() -> None:
-    replies = [call("t__slow", {"seconds": 60, "tag": "abandoned"}), text("never")]
-    async with AmplifierSession(make_plan([stdio_test_server()], replies)) as session:
-        [pid] = children(TEST_SERVER)
+async def test_cancelled_calls_are_abandoned_and_no_server_process_outlives_the_session() -> None:
+    # Each turn is cancelled during its first reply's call: the next turn gets the next one.
+    replies = [
+        call("t__slow", {"seconds": 60, "tag": "abandoned"}),
+        call("t__slow", {"seconds": 60, "tag": "host"}),
+    ]
+    started = anyio.Event()
+
+    def on_pre(_event: str, _data: Any) -> None:
+        started.set()
+
+    async def after_start(cancel: Any) -> None:
+        nonlocal started
+        await started.wait()
         started = anyio.Event()
-        session.coordinator.hooks.register("tool:pre", lambda _e, _d: started.set())
-        async with anyio.create_task_group() as tg:
+        await anyio.sleep(0.3)  # the request is on its way to the server
+        cancel()
 
-            async def cancel_soon() -> None:
-                await started.wait()
-                await anyio.sleep(0.3)  # the request is on its way to the server
-                session.cancel(immediate=True)
-
-            tg.start_soon(cancel_soon)
-            with anyio.fail_after(30):
-                result = await session.run("wait a minute")
-        assert result.status is TurnStatus.CANCELLED
-        [message] = await tool_messages(session)
-        assert "cancelled" in message["content"]
-        # run() returned; the connection (and its process) lives on and is reused.
-        assert alive(pid)
-        stats = session.coordinator.get("tools")["t__stats"]
-
-        async def told() -> bool:
-            return "abandoned" in (await stats.execute({})).output["cancelled"]
-
-        await eventually(told)
-    assert not alive(pid)
-
-
-async def test_a_host_cancel_mid_call_leaves_no_server_process() -> None:
-    replies = [call("t__slow", {"seconds": 60, "tag": "host"}), text("never")]
-    pids: list[int] = []
     with anyio.CancelScope() as host:
         async with AmplifierSession(make_plan([stdio_test_server()], replies)) as session:
-            pids.extend(children(TEST_SERVER))
+            [pid] = children(TEST_SERVER)
+            session.coordinator.hooks.register("tool:pre", on_pre)
+            # An immediate cancel mid-call: the turn ends cancelled, the call is abandoned.
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(after_start, lambda: session.cancel(immediate=True))
+                with anyio.fail_after(30):
+                    result = await session.run("wait a minute")
+            assert result.status is TurnStatus.CANCELLED
+            [message] = await tool_messages(session)
+            assert "cancelled" in message["content"]
+            # run() returned: the server was told, and the connection (and its process)
+            # lives on and is reused.
+            assert alive(pid)
+            stats = session.coordinator.get("tools")["t__stats"]
 
-            async def cancel_when_running(_event: str, _data: Any) -> None:
-                host.cancel()
+            async def told() -> bool:
+                return "abandoned" in (await stats.execute({})).output["cancelled"]
 
-            session.coordinator.hooks.register("tool:pre", cancel_when_running)
-            await session.run("wait a minute")
+            await eventually(told)
+            # The host cancels its own scope mid-call: the session closes, the process ends.
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(after_start, host.cancel)
+                    await session.run("wait again")
     assert host.cancelled_caught
-    assert len(pids) == 1
-    assert not alive(pids[0])
+    assert not alive(pid)
 
 
 async def test_a_server_that_dies_gives_clear_errors_then_reconnects() -> None:
