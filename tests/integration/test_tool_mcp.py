@@ -27,7 +27,7 @@ from mcp_types import (
 
 from amplifier_anyio import AmplifierSession, ConfigError, ModuleLoadError, TurnStatus
 from amplifier_anyio.providers.scripted import ScriptedProvider
-from amplifier_anyio.tools.mcp import MCPConfig, MCPConnectionState, result_of
+from amplifier_anyio.tools.mcp import MCPConfig, MCPConnection, MCPConnectionState, result_of
 
 pytestmark = pytest.mark.anyio
 
@@ -124,6 +124,7 @@ def alive(pid: int) -> bool:
         ({}, "servers"),
         ({"servers": []}, "servers"),
         ({"servers": [{"command": "x"}]}, "servers[0].name"),
+        ({"servers": [{"name": "a.b", "command": "x"}]}, "servers[0].name"),
         ({"servers": [{"name": "a"}]}, "servers[0]: give exactly one"),
         ({"servers": [{"name": "a", "command": "x", "url": "http://h"}]}, "servers[0]: give"),
         ({"servers": [{"name": "a", "url": "ftp://h"}]}, "servers[0].url"),
@@ -148,6 +149,15 @@ def test_a_bad_config_is_one_line_naming_the_key(config: dict[str, Any], key: st
     message = str(caught.value)
     assert message.startswith(key)
     assert "\n" not in message
+
+
+def test_tool_names_are_safe_for_providers() -> None:
+    config = MCPConfig.from_dict({"servers": [{"name": "docs-1", "url": "http://h/mcp"}]})
+    connection = MCPConnection(config.servers[0], prefix=config.prefix)
+    assert connection.tool_name("search") == "docs-1__search"
+    assert connection.tool_name("files/read.v2") == "docs-1__files_read_v2"
+    custom = MCPConnection(config.servers[0], prefix="mcp.{server}.")
+    assert custom.tool_name("search") == "mcp_docs-1_search"
 
 
 def test_include_and_exclude_choose_tools_by_glob() -> None:

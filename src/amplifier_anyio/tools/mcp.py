@@ -73,7 +73,9 @@ __all__ = (
 
 logger = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_MAX_PAGES = 100  # a tools/list cursor that never ends cannot hang a start
 
 
 # -- configuration ---------------------------------------------------------------------------
@@ -177,7 +179,7 @@ class MCPServerConfig:
                 raise ConfigError(msg)
         name = entry.get("name")
         if not isinstance(name, str) or not _NAME.match(name):
-            msg = f"{where}.name: expected a name of letters, digits, '_', '.', '-', got {name!r}"
+            msg = f"{where}.name: expected a name of letters, digits, '_' and '-', got {name!r}"
             raise ConfigError(msg)
         command, url = entry.get("command"), entry.get("url")
         if (command is None) == (url is None):
@@ -477,8 +479,10 @@ class MCPConnection:
         return self.config.name
 
     def tool_name(self, mcp_name: str) -> str:
-        """Our name for the server's tool ``mcp_name``."""
-        return self.prefix.format(server=self.name) + mcp_name
+        """Our name for the server's tool ``mcp_name``: the prefix and the MCP name, with
+        any character a provider refuses in a function name (outside ``A-Za-z0-9_-``,
+        such as ``.`` or ``/``) replaced by ``_``."""
+        return _UNSAFE.sub("_", self.prefix.format(server=self.name) + mcp_name)
 
     # The service task ---------------------------------------------------------------------
 
@@ -493,21 +497,20 @@ class MCPConnection:
             try:
                 await self._connect_once(task_status)
             except Exception as exc:
+                self.error = describe(exc)
                 if self.connects == 0:
                     self.state = MCPConnectionState.LOST
-                    self.error = describe(exc)
                     msg = f"MCP server {self.name!r} failed to start: {self.error}"
                     raise MCPServerError(msg) from exc
-                self.error = describe(exc)
-                logger.warning("MCP server %r: connection failed: %s", self.name, self.error)
             self.state = MCPConnectionState.LOST
             if attempts >= self.config.reconnect:
                 logger.error("MCP server %r: connection lost (%s)", self.name, self.error)
                 return
             attempts += 1
             logger.warning(
-                "MCP server %r: connection lost; reconnecting in %gs (%d/%d)",
+                "MCP server %r: connection lost (%s); reconnecting in %gs (%d/%d)",
                 self.name,
+                self.error,
                 delay,
                 attempts,
                 self.config.reconnect,
@@ -607,17 +610,29 @@ class MCPConnection:
     async def _list(self, client: Any) -> dict[str, MCPTool]:
         listed: list[Any] = []
         cursor: str | None = None
-        while True:
+        for _ in range(_MAX_PAGES):
             page = await client.list_tools(cursor=cursor)
             listed.extend(page.tools)
             cursor = page.next_cursor
             if not cursor:
                 break
+        else:
+            logger.warning("MCP server %r: tools/list gave over %d pages", self.name, _MAX_PAGES)
         tools: dict[str, MCPTool] = {}
         for tool in listed:
-            if self.config.wants(tool.name):
-                ours = MCPTool(self, tool.name, tool.description or "", dict(tool.input_schema))
-                tools[ours.name] = ours
+            if not self.config.wants(tool.name):
+                continue
+            ours = MCPTool(self, tool.name, tool.description or "", dict(tool.input_schema))
+            if ours.name in tools:
+                logger.warning(
+                    "MCP server %r: tools %r and %r are both named %r; the first is kept",
+                    self.name,
+                    tools[ours.name].mcp_name,
+                    tool.name,
+                    ours.name,
+                )
+                continue
+            tools[ours.name] = ours
         return tools
 
     def take_pending(self) -> dict[str, MCPTool] | None:
