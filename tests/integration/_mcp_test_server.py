@@ -10,6 +10,7 @@ killed; ``python _mcp_test_server.py stdio`` serves on stdin / stdout. Tools:
   ``slow`` calls running at once);
 - ``picture()`` answers a text block and a PNG image block;
 - ``fail()`` answers an ``is_error`` result;
+- ``header(name)`` answers the value of one HTTP request header;
 - ``grow(name)`` adds a tool ``name`` and announces that the tool list changed (a
   ``subscriptions/listen`` event to a modern client, ``notifications/tools/list_changed``
   to a legacy one).
@@ -77,6 +78,12 @@ async def fail() -> str:
     """Always an error."""
     msg = "this tool always fails"
     raise ToolError(msg)
+
+
+@server.tool()
+async def header(name: str, ctx: Context) -> str:
+    """The value of one HTTP request header ('' when absent)."""
+    return (ctx.headers or {}).get(name.lower(), "")
 
 
 @server.tool()

@@ -113,14 +113,21 @@ async def test_five_parallel_calls_one_timed_out_then_the_connection_is_reused(
     assert connection.connects == 1  # one connection for every call
 
 
-async def test_images_errors_and_a_per_server_timeout(url: str) -> None:
+async def test_images_errors_headers_and_a_per_server_timeout(url: str) -> None:
     replies = [
-        calls(("h__picture", {}), ("h__fail", {}), ("h__slow", {"seconds": 60, "tag": "t"})),
+        calls(
+            ("h__picture", {}),
+            ("h__fail", {}),
+            ("h__slow", {"seconds": 60, "tag": "t"}),
+            ("h__header", {"name": "X-Team"}),
+        ),
         text("done"),
     ]
-    async with AmplifierSession(plan(url, replies, timeout=0.5)) as session:
+    headers = {"X-Team": "blue"}
+    async with AmplifierSession(plan(url, replies, timeout=0.5, headers=headers)) as session:
         await session.run("go")
-        picture, fail, slow = await tool_messages(session)
+        picture, fail, slow, header = await tool_messages(session)
+    assert header["content"] == "blue"
 
     output = json.loads(picture["content"])
     assert output["content"][0] == {"type": "text", "text": "a pixel"}
