@@ -318,10 +318,16 @@ async def test_cancelled_calls_are_abandoned_and_no_server_process_outlives_the_
         started.set()
 
     async def after_start(cancel: Any) -> None:
+        """Once the server runs the call (asked on the same connection), cancel."""
         nonlocal started
         await started.wait()
         started = anyio.Event()
-        await anyio.sleep(0.3)  # the request is on its way to the server
+        stats = session.coordinator.get("tools")["t__stats"]
+
+        async def running() -> bool:
+            return bool((await stats.execute({})).output["active"])
+
+        await eventually(running)
         cancel()
 
     with anyio.CancelScope() as host:
