@@ -238,10 +238,12 @@ async def test_time_server_tools_mount_and_a_turn_gets_the_servers_answer() -> N
 
 
 async def test_a_server_that_cannot_start_fails_the_session_in_one_line() -> None:
-    plan = make_plan([{"name": "ghost", "command": "/nonexistent/mcp-server"}])
+    # The servers start at once; the one that did start is stopped with the failed start.
+    plan = make_plan([{"name": "ghost", "command": "/nonexistent/mcp-server"}, time_server()])
     with pytest.raises(ModuleLoadError) as caught:
         async with AmplifierSession(plan):
             pass
+    assert children("mcp_server_time") == []
     message = str(caught.value)
     assert "\n" not in message
     assert "MCP server 'ghost' failed to start" in message

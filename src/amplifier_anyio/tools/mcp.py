@@ -9,9 +9,10 @@ whoever calls a tool first. A tool call, from a tool-batch task, only sends a re
 the connection and waits for its answer (the SDK routes requests through memory streams
 owned by the service task), so a call can be cancelled without touching the connection.
 
-- A server that fails to start (a command that does not exist, a URL that does not
-  answer, a handshake past ``startup_timeout``) fails the session start with one line
-  naming the server and the cause, unless the server entry says ``optional: true``.
+- The servers start at once. A server that fails to start (a command that does not
+  exist, a URL that does not answer, a handshake past ``startup_timeout``) fails the
+  session start with one line naming the server and the cause, unless the server entry
+  says ``optional: true``.
 - Each MCP tool becomes one of our tools, named by ``prefix`` (default ``{server}__``)
   plus the MCP name, with the server's description and input schema. ``include`` /
   ``exclude`` (globs on the MCP names) choose which tools mount.
@@ -742,17 +743,32 @@ class MCPTool:
 async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Any:
     """Start one service per server and mount its tools; returns the cleanup."""
     parsed = MCPConfig.from_dict(config)
-    connections: list[MCPConnection] = []
-    for server in parsed.servers:
-        connection = MCPConnection(server, prefix=parsed.prefix)
+    candidates = [MCPConnection(server, prefix=parsed.prefix) for server in parsed.servers]
+    listings: dict[int, dict[str, MCPTool] | None] = {}
+    failures: list[Exception] = []
+
+    async def start(index: int, connection: MCPConnection) -> None:
+        name = f"mcp:{connection.name}"
         try:
-            tools = await coordinator.start_service(connection.serve, name=f"mcp:{server.name}")
+            listings[index] = await coordinator.start_service(connection.serve, name=name)
         except MCPServerError as exc:
-            if not server.optional:
-                raise
+            if not connection.config.optional:
+                failures.append(exc)
+                return
             logger.warning("optional %s; going on without it", exc)
-            continue
-        if tools is None:  # validate_plan: no service starts
+        except Exception as exc:  # noqa: BLE001 - raised below, outside the task group
+            failures.append(exc)
+
+    # The servers start at once: a slow one does not delay the others.
+    async with anyio.create_task_group() as tg:
+        for index, connection in enumerate(candidates):
+            tg.start_soon(start, index, connection)
+    if failures:
+        raise failures[0]  # the services that did start are stopped by the session
+    connections: list[MCPConnection] = []
+    for index, connection in enumerate(candidates):
+        tools = listings.get(index)
+        if tools is None:  # left out (optional), or validate_plan: no service starts
             continue
         connections.append(connection)
         for name, tool in tools.items():
