@@ -14,6 +14,7 @@ Hierarchy::
     ├── InjectionTooLargeError (+ ValueError)  a hook injection over the size limit
     ├── ApprovalTimeoutError .............. an approval system gave no answer in time
     ├── SessionError (+ RuntimeError) ..... a session used in the wrong state
+    ├── MCPServerError .................... an MCP server (tool-mcp) could not be started
     ├── OrchestrationError ................ a lifecycle orchestration failed (stage, context, cause)
     └── LLMError .......................... a provider call failed
         ├── RateLimitError
@@ -63,6 +64,7 @@ __all__ = (
     "InjectionTooLargeError",
     "ApprovalTimeoutError",
     "SessionError",
+    "MCPServerError",
     "OrchestrationError",
     "LLMError",
     "RateLimitError",
@@ -171,6 +173,11 @@ class ContextWriteError(AmplifierError):
 
 class SessionError(AmplifierError, RuntimeError):
     """A session was used in a state that does not allow the call."""
+
+
+class MCPServerError(AmplifierError):
+    """An MCP server of tool-mcp could not be started: one line naming the server and the
+    cause (``MCP server 'time' failed to start: ...``); the cause is the ``__cause__``."""
 
 
 class OrchestrationError(AmplifierError):

@@ -5,7 +5,8 @@ start (one line on stderr, no traceback); 130 interrupted (Ctrl-C, on either bac
 
 One module per command: :mod:`.run`, :mod:`.chat`, :mod:`.validate`, :mod:`.bench`; a
 group of sub-commands is a module with its own Typer app, added with ``app.add_typer``
-(:mod:`.sessions`). Shared helpers are in ``_common`` and the plan options in ``_plans``.
+(:mod:`.sessions`, :mod:`.mcp`). Shared helpers are in ``_common`` and the plan
+options in ``_plans``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Annotated
 import typer
 
 from .. import __version__
-from . import bench, chat, run, sessions, validate
+from . import bench, chat, mcp, run, sessions, validate
 from ._common import out, say
 from ._plans import DEFAULT_PLAN
 
@@ -52,8 +53,9 @@ app.command("chat")(chat.chat_command)
 app.command("validate")(validate.validate_command)
 app.command("bench")(bench.bench_command)
 
-# -- groups of sub-commands: one Typer app each (sessions list|show|rm; mcp serve goes here) --
+# -- groups of sub-commands: one Typer app each ---------------------------------------------
 app.add_typer(sessions.app, name="sessions")
+app.add_typer(mcp.app, name="mcp")
 
 
 def main() -> None:
