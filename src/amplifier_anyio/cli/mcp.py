@@ -13,7 +13,7 @@ from ..kernel._mount_plan import MountPlan
 from ._common import cause, check_backend, cli_command, fail, leaf, load_plan_file
 from ._plans import DEFAULT_PLAN
 
-__all__ = ("app",)
+__all__ = ("app", "serve_command")
 
 app = typer.Typer(help="Serve a session over MCP.", no_args_is_help=True)
 
