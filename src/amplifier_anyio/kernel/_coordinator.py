@@ -81,6 +81,9 @@ class ModuleCoordinator:
             "module-source-resolver": None,
         }
         self.capabilities: dict[str, Any] = {}
+        self.session_state: dict[str, Any] = {}
+        """Free-form state modules share for the session's lifetime (amplifier-core's
+        ``coordinator.session_state``; upstream orchestrators read ``goal`` from it)."""
         self.channels: dict[str, list[dict[str, Any]]] = {}
         self.loader: Any = None
         self.validating = False
