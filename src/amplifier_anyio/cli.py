@@ -294,6 +294,8 @@ async def _validate(path: Path, strict: bool) -> list[str]:
         counts = ", ".join(f"{len(getattr(plan, s))} {s}" for s in ("providers", "tools", "hooks"))
         modules = f"orchestrator {plan.orchestrator.module}, context {plan.context.module}"
         out.print(f"ok: {path}: {modules}, {counts}", markup=False, highlight=False, soft_wrap=True)
+        for line in report.modules:  # what will be mounted, and from where
+            out.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     return list(report.errors)
 
 

@@ -9,13 +9,21 @@ The shape is upstream Amplifier's::
     providers: [{module: provider-openai, config: {model: gpt-4o}}]
     tools: [{module: tool-filesystem}]
     hooks: [{module: hooks-logging}]
-    agents: {...}                          # passed through, not interpreted
+    agents: {...}                          # passed through untouched (also `all`, a list)
+
+``${VAR}`` and ``${VAR:default}`` in any string value (``agents`` aside) are replaced
+from the environment when the plan is parsed; an unset variable without a default is an
+error naming the field. ``includes:`` (bundle composition) is not supported: it is kept
+in :attr:`MountPlan.includes` and reported (a warning, an error in strict validation),
+never dropped silently.
 
 Every error is one line naming the field: ``providers[0].module: required``.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,7 +34,7 @@ import yaml
 
 from ..errors import ConfigError
 
-__all__ = ("ModuleSpec", "MountPlan")
+__all__ = ("ModuleSpec", "MountPlan", "expand_variables")
 
 _SECTIONS = ("providers", "tools", "hooks")
 
@@ -68,7 +76,10 @@ class MountPlan:
     providers: tuple[ModuleSpec, ...] = ()
     tools: tuple[ModuleSpec, ...] = ()
     hooks: tuple[ModuleSpec, ...] = ()
-    agents: dict[str, Any] = attrs.field(factory=dict)
+    agents: Any = attrs.field(factory=dict)
+    """The plan's ``agents`` as written (a table, ``all``, a list): not interpreted."""
+    includes: tuple[Any, ...] = ()
+    """The plan's ``includes`` entries: not supported, reported by validation."""
     raw: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
@@ -82,17 +93,21 @@ class MountPlan:
                 "session",
                 "required" if session is None else f"expected a table, got {_kind(session)}",
             )
-        agents = data.get("agents") or {}
-        if not isinstance(agents, Mapping):
-            _fail("agents", f"expected a table, got {_kind(agents)}")
+        agents = data.get("agents")
+        includes = data.get("includes")
+        if includes is not None and not isinstance(includes, list):
+            includes = [includes]
+        expanded = expand_variables({k: v for k, v in data.items() if k != "agents"})
+        session = expanded["session"]
         return cls(
-            orchestrator=_single(data, session, "orchestrator"),
-            context=_single(data, session, "context"),
-            providers=_entries(data, "providers"),
-            tools=_entries(data, "tools"),
-            hooks=_entries(data, "hooks"),
-            agents=dict(agents),
-            raw=dict(data),
+            orchestrator=_single(expanded, session, "orchestrator"),
+            context=_single(expanded, session, "context"),
+            providers=_entries(expanded, "providers"),
+            tools=_entries(expanded, "tools"),
+            hooks=_entries(expanded, "hooks"),
+            agents={} if agents is None else agents,
+            includes=tuple(includes or ()),
+            raw={**expanded, **({"agents": agents} if "agents" in data else {})},
         )
 
     @classmethod
@@ -171,6 +186,8 @@ class MountPlan:
                 plan[section] = [spec.to_dict() for spec in specs]
         if self.agents:
             plan["agents"] = self.agents
+        if self.includes:
+            plan["includes"] = list(self.includes)
         return plan
 
     def all_modules(self) -> list[tuple[str, ModuleSpec]]:
@@ -179,6 +196,36 @@ class MountPlan:
         for kind, section in (("provider", "providers"), ("tool", "tools"), ("hook", "hooks")):
             found.extend((kind, spec) for spec in getattr(self, section))
         return found
+
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
+
+
+def expand_variables(value: Any, field: str = "") -> Any:
+    """``value`` with ``${VAR}`` / ``${VAR:default}`` in its strings (nested too) replaced
+    from the environment; an unset variable without a default is a ConfigError naming
+    the field (``providers[0].config.api_key: environment variable KEY is not set``)."""
+    if isinstance(value, str):
+        if "${" not in value:
+            return value
+
+        def lookup(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            found = os.environ.get(name)
+            if found is not None:
+                return found
+            if default is not None:
+                return default
+            _fail(field or "<plan>", f"environment variable {name} is not set")
+
+        return _VARIABLE.sub(lookup, value)
+    if isinstance(value, Mapping):
+        return {
+            k: expand_variables(v, f"{field}.{k}" if field else str(k)) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [expand_variables(v, f"{field}[{i}]") for i, v in enumerate(value)]
+    return value
 
 
 _SESSION_MODULE_KEYS = ("orchestrator", "orchestrator_source", "context", "context_source")

@@ -23,7 +23,7 @@ from ._coordinator import ModuleCoordinator
 from ._loader import ModuleLoader
 from ._mount_plan import ModuleSpec, MountPlan
 
-__all__ = ("PlanReport", "validate_plan", "schema_problems")
+__all__ = ("PlanReport", "validate_plan", "schema_problems", "module_line")
 
 _MOUNT_POINT_OF = {"orchestrator": "orchestrator", "context": "context"}
 _CLEANUP_SECONDS = 5.0
@@ -36,6 +36,9 @@ class PlanReport:
 
     errors: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+    """One line per plan entry found: what will actually be mounted and where it came
+    from (``tool 'tool-x': entry point 'tool-x' = pkg:mount (dist 1.0)``)."""
 
     @property
     def ok(self) -> bool:
@@ -47,9 +50,10 @@ class PlanReport:
 class _Findings:
     errors: list[str] = attrs.Factory(list)
     warnings: list[str] = attrs.Factory(list)
+    modules: list[str] = attrs.Factory(list)
 
     def report(self) -> PlanReport:
-        return PlanReport(tuple(self.errors), tuple(self.warnings))
+        return PlanReport(tuple(self.errors), tuple(self.warnings), tuple(self.modules))
 
 
 @attrs.frozen
@@ -82,6 +86,7 @@ async def validate_plan(
     coordinator.validating = True
     loader = loader or ModuleLoader(coordinator)
     findings = _Findings()
+    _check_plan(parsed, strict, findings)
     try:
         for kind, spec in parsed.all_modules():
             await _check_module(
@@ -104,6 +109,7 @@ async def schema_problems(plan: MountPlan, loader: ModuleLoader, *, strict: bool
     that cannot be found is left to the mount (which honours ``optional``); an optional
     module's problems are warnings."""
     findings = _Findings()
+    _check_plan(plan, strict, findings)
     for kind, spec in plan.all_modules():
         try:
             mount = await loader.find(spec.module, spec.source)
@@ -114,6 +120,23 @@ async def schema_problems(plan: MountPlan, loader: ModuleLoader, *, strict: bool
         findings.warnings.extend(found.warnings)
         (findings.warnings if spec.optional else findings.errors).extend(found.errors)
     return findings.report()
+
+
+def _check_plan(plan: MountPlan, strict: bool, findings: _Findings) -> None:
+    """What the plan asks for that is not supported: ``includes`` (bundles)."""
+    if plan.includes:
+        listed = ", ".join(repr(i) for i in plan.includes)
+        line = (
+            f"includes: not supported (bundle composition is not implemented); "
+            f"ignored: {listed} — list the modules in the plan itself"
+        )
+        (findings.errors if strict else findings.warnings).append(line)
+
+
+def module_line(kind: str, spec: ModuleSpec, loader: ModuleLoader) -> str:
+    """``<kind> '<id>': <where its code came from>`` for a module the loader found."""
+    origin = loader.origin_of(spec.module, spec.source) or "found"
+    return f"{kind} {spec.module!r}: {origin}"
 
 
 async def _parse(plan: MountPlan | Mapping[str, Any] | str | os.PathLike[str]) -> MountPlan:
@@ -141,6 +164,8 @@ async def _check_module(
     except Exception as exc:  # noqa: BLE001 - every problem is reported, one line each
         findings.errors.append(f"{label}: {describe(exc)}")
         return
+    findings.modules.append(module_line(kind, spec, loader))
+    findings.warnings.extend(f"{label}: {w}" for w in loader.warnings_of(spec.module, spec.source))
     errors_before = len(findings.errors)
     _check_schema(kind, spec, mount, strict, findings)
     if len(findings.errors) > errors_before:
