@@ -93,8 +93,8 @@ async def fetch_git_source(source: str, cache_dir: Path | None = None) -> Path:
     """The local directory of a git ``source``, cloned on first use.
 
     Every problem (a bad URL, no ``git``, a failed clone or checkout, a missing
-    subdirectory) is a :class:`~amplifier_anyio.errors.ModuleLoadError` whose message
-    names the source and carries git's last line of output.
+    subdirectory) is a :class:`~amplifier_anyio.errors.ModuleLoadError` whose reason
+    says what failed, with git's first ``fatal:`` line (the loader names the source).
     """
     try:
         parsed = GitSource.parse(source)
@@ -106,7 +106,7 @@ async def fetch_git_source(source: str, cache_dir: Path | None = None) -> Path:
         await _clone(parsed, cache, target, source)
     where = target / parsed.subdirectory if parsed.subdirectory else target
     if not await anyio.Path(where).is_dir():
-        msg = f"{source!r}: {parsed.subdirectory!r} is not a directory of the repository"
+        msg = f"{parsed.subdirectory!r} is not a directory of the repository"
         raise ModuleLoadError("<source>", msg)
     return where
 
@@ -134,13 +134,14 @@ async def _git(args: list[str], env: dict[str, str], source: str) -> None:
         with anyio.fail_after(_CLONE_TIMEOUT):
             await anyio.run_process(["git", *args], env=env, check=True)
     except FileNotFoundError as exc:
-        msg = f"{source!r}: the git command is not installed"
+        msg = "the git command is not installed"
         raise ModuleLoadError("<source>", msg) from exc
     except subprocess.CalledProcessError as exc:
-        output = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
-        detail = output[-1] if output else f"exit status {exc.returncode}"
-        msg = f"{source!r}: git {args[0] if args[0] != '-C' else args[2]} failed: {detail}"
+        lines = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
+        fatal = [line for line in lines if line.startswith(("fatal:", "error:"))]
+        detail = (fatal or lines or [f"exit status {exc.returncode}"])[0]
+        msg = f"git {args[0] if args[0] != '-C' else args[2]} failed: {detail}"
         raise ModuleLoadError("<source>", msg) from exc
     except TimeoutError as exc:
-        msg = f"{source!r}: git gave no result within {_CLONE_TIMEOUT:.0f} s"
+        msg = f"git gave no result within {_CLONE_TIMEOUT:.0f} s"
         raise ModuleLoadError("<source>", msg) from exc
