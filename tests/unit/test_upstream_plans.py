@@ -133,6 +133,32 @@ def test_an_unset_variable_without_default_names_the_field(
     )
 
 
+async def test_an_optional_entry_with_an_unset_variable_is_left_out_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("PROBE_UNSET", raising=False)
+    plan = {
+        **BASE,
+        "providers": [
+            {"module": "provider-scripted", "config": {"responses": []}},
+            {
+                "module": "provider-openai",
+                "optional": True,
+                "config": {"api_key": "${PROBE_UNSET}"},
+            },
+        ],
+    }
+
+    report = await validate_plan(plan)
+    async with AmplifierSession(plan) as session:
+        mounted = sorted(session.coordinator.get("providers"))
+
+    assert report.ok
+    assert any("PROBE_UNSET is not set" in w for w in report.warnings)
+    assert mounted == ["scripted"]
+    assert "providers[1].config.api_key: environment variable PROBE_UNSET" in caplog.text
+
+
 @pytest.mark.parametrize("agents", ["all", ["reviewer", "coder"], {"r": {"x": "${NOT_EXPANDED}"}}])
 def test_agents_pass_through_untouched(agents: Any) -> None:
     plan = MountPlan.from_dict({**BASE, "agents": agents})

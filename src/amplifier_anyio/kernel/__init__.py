@@ -11,6 +11,7 @@ from ._loader import ENTRY_POINT_GROUP, ModuleLoader, package_name
 from ._mount_plan import ModuleSpec, MountPlan, expand_variables
 from ._services import ServiceFunction, ServiceState, ServiceStatistics
 from ._session import AmplifierSession, SessionState, SessionStatus
+from ._sources import GitSource, fetch_git_source
 from ._tracing import (
     ToolCallContext,
     current_tool_call,
@@ -19,7 +20,6 @@ from ._tracing import (
     trace_scope,
 )
 from ._turns import TurnResult, TurnStatus
-from ._sources import GitSource, fetch_git_source
 from ._validation import PlanReport, validate_plan
 
 __all__ = (

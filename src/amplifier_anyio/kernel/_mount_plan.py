@@ -52,6 +52,9 @@ class ModuleSpec:
     config: dict[str, Any] = attrs.field(factory=dict)
     instance_id: str | None = None
     optional: bool = False
+    problem: str | None = attrs.field(default=None, eq=False)
+    """Why an ``optional`` entry cannot load as written (an unset ``${VAR}``): the
+    session reports it as that entry's load failure instead of refusing the plan."""
 
     def to_dict(self) -> dict[str, Any]:
         """The plan entry as a dict (defaults left out)."""
@@ -97,7 +100,12 @@ class MountPlan:
         includes = data.get("includes")
         if includes is not None and not isinstance(includes, list):
             includes = [includes]
-        expanded = expand_variables({k: v for k, v in data.items() if k != "agents"})
+        # Module entries expand one by one (an optional one may defer its problem).
+        kept = ("agents", *_SECTIONS)
+        expanded = {
+            **expand_variables({k: v for k, v in data.items() if k not in kept}),
+            **{k: data[k] for k in _SECTIONS if k in data},
+        }
         session = expanded["session"]
         return cls(
             orchestrator=_single(expanded, session, "orchestrator"),
@@ -107,7 +115,7 @@ class MountPlan:
             hooks=_entries(expanded, "hooks"),
             agents={} if agents is None else agents,
             includes=tuple(includes or ()),
-            raw={**expanded, **({"agents": agents} if "agents" in data else {})},
+            raw=_raw(expanded, agents if "agents" in data else None),
         )
 
     @classmethod
@@ -318,11 +326,36 @@ def _entries(data: Mapping[str, Any], section: str) -> tuple[ModuleSpec, ...]:
     return specs
 
 
+def _raw(expanded: dict[str, Any], agents: Any) -> dict[str, Any]:
+    """The plan as a dict: values expanded (an entry that cannot be, as written)."""
+    raw = dict(expanded)
+    for section in _SECTIONS:
+        if isinstance(raw.get(section), list):
+            raw[section] = [_expanded_or_as_is(e) for e in raw[section]]
+    if agents is not None:
+        raw["agents"] = agents
+    return raw
+
+
+def _expanded_or_as_is(entry: Any) -> Any:
+    try:
+        return expand_variables(entry)
+    except ConfigError:
+        return entry
+
+
 def _spec(entry: Any, field: str, *, id_field: str | None = None) -> ModuleSpec:
     if isinstance(entry, str):
         entry = {"module": entry}
     if not isinstance(entry, Mapping):
         _fail(field, f"expected a table, got {_kind(entry)}")
+    problem = None
+    try:
+        entry = expand_variables(entry, field)
+    except ConfigError as exc:
+        if entry.get("optional") is not True:
+            raise
+        problem = str(exc)  # the optional entry fails to load, with this reason
     module = entry.get("module")
     id_field = id_field or f"{field}.module"
     if module is None or module == "":
@@ -349,6 +382,7 @@ def _spec(entry: Any, field: str, *, id_field: str | None = None) -> ModuleSpec:
         config=dict(config),
         instance_id=instance_id,
         optional=optional,
+        problem=problem,
     )
 
 

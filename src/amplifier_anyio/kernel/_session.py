@@ -277,6 +277,8 @@ class AmplifierSession:
 
     async def _mount(self, kind: str, spec: ModuleSpec) -> None:
         assert self.plan is not None
+        if spec.problem is not None:  # an optional entry that cannot load as written
+            raise ConfigError(spec.problem)
         mount = await self.loader.load(spec.module, spec.config, spec.source, self.coordinator)
         before = dict(self.coordinator.get("providers")) if kind == "provider" else {}
         mounted = _mounted_objects(self.coordinator)

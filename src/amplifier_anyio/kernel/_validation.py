@@ -111,6 +111,8 @@ async def schema_problems(plan: MountPlan, loader: ModuleLoader, *, strict: bool
     findings = _Findings()
     _check_plan(plan, strict, findings)
     for kind, spec in plan.all_modules():
+        if spec.problem is not None:
+            continue  # the mount reports it, honouring optional
         try:
             mount = await loader.find(spec.module, spec.source)
         except Exception:  # noqa: BLE001, S112 - the mount reports it, honouring optional
@@ -159,6 +161,9 @@ async def _check_module(
     findings: _Findings,
 ) -> None:
     label = f"{kind} {spec.module!r}"
+    if spec.problem is not None:  # optional, so the session would go on without it
+        findings.warnings.append(f"{label}: optional, not loaded: {spec.problem}")
+        return
     try:
         mount = await loader.find(spec.module, spec.source)
     except Exception as exc:  # noqa: BLE001 - every problem is reported, one line each
