@@ -147,6 +147,8 @@ def hook_result_of(value: Any, *, origin: str) -> HookResult | None:
         if fields.get("action") == "continue" and fields["context_injection"]:
             fields["action"] = "inject_context"
     kept = {k: v for k, v in fields.items() if k in _HOOK_FIELDS}
+    if kept.get("data") is not None:  # pydantic values inside (a ToolResult…) as dicts
+        kept["data"] = plain_value(kept["data"])
     if kept.get("approval_options") is not None:
         kept["approval_options"] = list(kept["approval_options"])
     try:

@@ -20,6 +20,7 @@ import attrs
 from ..config_schema import schema_of
 from ..errors import ConfigError, describe
 from ._coordinator import ModuleCoordinator
+from ._foreign import module_scope
 from ._loader import ModuleLoader
 from ._mount_plan import ModuleSpec, MountPlan
 
@@ -176,7 +177,9 @@ async def _check_module(
     if len(findings.errors) > errors_before:
         return  # its mount would only repeat the schema's finding less clearly
     try:
-        result = await (await loader.load(spec.module, spec.config, spec.source))(coordinator)
+        mount_fn = await loader.load(spec.module, spec.config, spec.source)
+        with module_scope(spec.module):
+            result = await mount_fn(coordinator)
     except Exception as exc:  # noqa: BLE001 - every problem is reported, one line each
         findings.errors.append(f"{label}: {describe(exc)}")
         return
