@@ -88,6 +88,14 @@ class MountPlan:
     @classmethod
     def from_dict(cls, data: Any) -> MountPlan:
         """Validate and parse a plan dict; raises ConfigError naming the field."""
+        try:
+            return cls._from_dict(data)
+        except RecursionError:
+            msg = "<plan>: nested too deeply"
+            raise ConfigError(msg) from None  # its chain is a thousand frames long
+
+    @classmethod
+    def _from_dict(cls, data: Any) -> MountPlan:
         if not isinstance(data, Mapping):
             _fail("<plan>", f"expected a table, got {_kind(data)}")
         session = data.get("session")
