@@ -296,7 +296,13 @@ def test_git_sources_parse(text: str, expected: GitSource) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["https://host/r", "git+nothing", "git+https://h/r#subdirectory=../up"]
+    "text",
+    [
+        "https://host/r",
+        "git+nothing",
+        "git+https://h/r#subdirectory=../up",
+        "git+https://h/r@--upload-pack=evil",
+    ],
 )
 def test_bad_git_sources_are_refused(text: str) -> None:
     with pytest.raises(ValueError, match="git"):

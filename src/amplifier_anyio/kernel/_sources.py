@@ -75,6 +75,9 @@ class GitSource:
         at = location.rfind("@")
         if at > path_start >= 0 or (path_start < 0 and at > 0 and scheme == "file"):
             location, ref = location[:at], location[at + 1 :] or None
+        if ref is not None and (ref.startswith("-") or any(c.isspace() for c in ref)):
+            msg = f"{source!r}: {ref!r} is not a git ref"  # never an option to git
+            raise ValueError(msg)
         if subdirectory is not None and (
             Path(subdirectory).is_absolute() or ".." in Path(subdirectory).parts
         ):
@@ -116,7 +119,7 @@ async def _clone(parsed: GitSource, cache: Path, target: Path, source: str) -> N
     partial_dir = cache / f".partial-{parsed.key}-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
     try:
-        await _git(["clone", "--quiet", parsed.url, str(partial_dir)], env, source)
+        await _git(["clone", "--quiet", "--", parsed.url, str(partial_dir)], env, source)
         if parsed.ref:
             await _git(["-C", str(partial_dir), "checkout", "--quiet", parsed.ref], env, source)
         try:
