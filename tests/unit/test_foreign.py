@@ -313,3 +313,19 @@ async def test_the_batch_sends_an_upstream_result_as_json() -> None:
 
     assert json.loads(context.messages[1]["content"]) == {"ok": True}
     assert batch.succeeded == [True]
+
+
+async def test_the_coordinator_processes_an_upstream_result_it_is_handed() -> None:
+    coordinator = ModuleCoordinator()
+    context = Context()
+    await coordinator.mount("context", context)
+
+    result = await coordinator.process_hook_result(
+        core.HookResult(action="inject_context", context_injection="from upstream"),
+        "tool:post",
+        "audit",
+    )
+
+    assert isinstance(result, HookResult)
+    assert [m["content"] for m in context.messages] == ["from upstream"]
+    assert context.messages[0]["metadata"]["hook_name"] == "audit"
