@@ -10,6 +10,7 @@ Hierarchy::
     ├── ContextWriteError ................. a turn could not write its context in time
     ├── ModuleNotFoundError ............... no resolver, entry point or package has the id
     ├── ModuleLoadError ................... found, but import or validation failed
+    ├── ForeignModuleError (+ TypeError) .. an upstream module's answer that cannot be converted
     ├── MountError (+ ValueError) ......... misuse of the coordinator's mount points
     ├── InjectionTooLargeError (+ ValueError)  a hook injection over the size limit
     ├── ApprovalTimeoutError .............. an approval system gave no answer in time
@@ -60,6 +61,7 @@ __all__ = (
     "ContextWriteError",
     "ModuleNotFoundError",
     "ModuleLoadError",
+    "ForeignModuleError",
     "MountError",
     "InjectionTooLargeError",
     "ApprovalTimeoutError",
@@ -149,6 +151,12 @@ class ModuleLoadError(AmplifierError):
             super().__init__(f"module {module_id!r} could not be loaded: {reason}")
         else:
             super().__init__(f"{kind} {module_id!r}: {reason}")
+
+
+class ForeignModuleError(AmplifierError, TypeError):
+    """A module written for amplifier-core gave an answer (a hook verdict, a tool result,
+    a provider response, a content block, a tool call) that cannot be converted into
+    ours. The message names the module (or the hook, tool or provider) and the value."""
 
 
 class MountError(AmplifierError, ValueError):

@@ -292,10 +292,15 @@ def test_validate_a_good_plan(runs: Mapping[str, subprocess.CompletedProcess[str
     done = runs["validate-good"]
 
     assert done.returncode == 0, done.stderr
-    assert unwrapped(done.stdout) == (
+    assert unwrapped(done.stdout).startswith(
         "ok: good.toml: orchestrator loop-basic, context context-simple, "
-        "1 providers, 1 tools, 0 hooks"
+        "1 providers, 1 tools, 0 hooks "
     )
+    # Then what each entry will mount, and where it came from.
+    assert (
+        "orchestrator 'loop-basic': entry point 'loop-basic' = "
+        "amplifier_anyio.orchestrators.loop_basic:mount"
+    ) in unwrapped(done.stdout)
 
 
 def test_validate_a_plan_with_an_unknown_module(

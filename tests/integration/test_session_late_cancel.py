@@ -22,9 +22,12 @@ async def test_cancel_during_execution_end_is_emitted_after_the_turn() -> None:
     async with AmplifierSession(PLAN) as session:
         recorder = EventRecorder()
         recorder.attach(session.coordinator.hooks, events=["execution:end", "cancel:requested"])
-        session.coordinator.hooks.register(
-            "execution:end", lambda _e, _d: session.cancel(), name="late-cancel"
-        )
+
+        def late_cancel(_event: str, _data: dict[str, Any]) -> None:
+            # Returns None: an answer that is no verdict (cancel()'s True) would deny.
+            session.cancel()
+
+        session.coordinator.hooks.register("execution:end", late_cancel, name="late-cancel")
         result = await session.run("hello")
     # The turn itself had already produced its answer.
     assert result.status is TurnStatus.SUCCESS

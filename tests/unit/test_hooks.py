@@ -551,22 +551,41 @@ async def test_raising_handler_is_skipped_and_the_rest_run(
     assert "broken-hook" in caplog.text
 
 
-async def test_non_hook_result_answer_is_treated_as_continue(
+async def test_a_dict_answer_is_read_as_a_hook_result() -> None:
+    # As amplifier-core does: a dict with an action is a verdict, and a deny stops the emit.
+    hooks = HookRegistry()
+    seen: list[dict[str, Any]] = []
+
+    async def as_dict(event: str, data: dict[str, Any]) -> Any:
+        return {"action": "deny", "reason": "no"}
+
+    hooks.register("e", as_dict, name="as-dict")
+    hooks.register("e", capturing(seen), priority=1)
+
+    result = await hooks.emit("e", {"a": 1})
+
+    assert seen == []
+    assert (result.action, result.reason) == ("deny", "no")
+
+
+async def test_an_answer_that_is_no_verdict_fails_closed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # Never a silent continue: a hook guarding a tool must not let it run by returning junk.
     hooks = HookRegistry()
     seen: list[dict[str, Any]] = []
 
     async def wrong_type(event: str, data: dict[str, Any]) -> Any:
-        return {"action": "deny"}
+        return "allow"
 
     hooks.register("e", wrong_type, name="wrong-type")
     hooks.register("e", capturing(seen), priority=1)
 
     result = await hooks.emit("e", {"a": 1})
 
-    assert len(seen) == 1
-    assert result.action == "continue"
+    assert seen == []
+    assert result.action == "deny"
+    assert "wrong-type" in (result.reason or "")
     assert "wrong-type" in caplog.text
 
 

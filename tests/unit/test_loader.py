@@ -145,12 +145,29 @@ async def test_an_entry_point_wins_over_a_package_of_the_same_id(sandbox: Sandbo
     site = sandbox.add_entry_point(f"ep_{sandbox.tag}:mount")
     sandbox.write_package(site, "entry point", name=f"ep_{sandbox.tag}")
     modules = sandbox.directory("modules")
-    sandbox.write_package(modules, "source dir")
+    sandbox.write_package(modules, "on sys.path")
     sys.path.append(str(modules))
 
-    mount = await ModuleLoader().load(sandbox.module_id, source_hint=str(modules))
+    mount = await ModuleLoader().load(sandbox.module_id)
 
     assert await mount(None) == ("entry point", {})
+
+
+async def test_an_explicit_source_wins_over_an_entry_point_of_the_same_id(
+    sandbox: Sandbox,
+) -> None:
+    site = sandbox.add_entry_point(f"ep_{sandbox.tag}:mount")
+    sandbox.write_package(site, "entry point", name=f"ep_{sandbox.tag}")
+    modules = sandbox.directory("modules")
+    sandbox.write_package(modules, "source dir")
+    loader = ModuleLoader()
+
+    mount = await loader.load(sandbox.module_id, source_hint=str(modules))
+
+    assert await mount(None) == ("source dir", {})
+    assert loader.origin_of(sandbox.module_id, str(modules)) == (
+        f"source {modules} (package {sandbox.package})"
+    )
 
 
 async def test_the_built_in_modules_are_entry_points() -> None:
@@ -308,7 +325,7 @@ async def test_not_found_says_what_was_tried(sandbox: Sandbox) -> None:
     assert isinstance(error, AmplifierError)
     assert error.module_id == sandbox.module_id
     assert len(error.tried) == 4
-    resolver, entry_point, source, package = error.tried
+    resolver, source, entry_point, package = error.tried
     assert resolver.startswith("source resolver: ")
     assert "not in the workspace" in resolver
     assert entry_point == f"entry point {sandbox.module_id!r} in group 'amplifier.modules': none"

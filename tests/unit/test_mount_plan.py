@@ -228,7 +228,6 @@ def test_plan_files_are_read_by_suffix(tmp_path: Path, name: str, text: str) -> 
             minimal(providers=[{"module": "p", "instance_id": 1}]),
             "providers[0].instance_id: expected a string, got int",
         ),
-        (minimal(agents=["a"]), "agents: expected a table, got a list"),
         (
             {"session": {"orchestrator": "loop-basic", "context": 5}},
             "session.context: expected a module id or a {module, source, config} table, got int",

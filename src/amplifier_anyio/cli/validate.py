@@ -43,6 +43,8 @@ async def _validate(path: Path, strict: bool) -> list[str]:
         counts = ", ".join(f"{len(getattr(plan, s))} {s}" for s in ("providers", "tools", "hooks"))
         modules = f"orchestrator {plan.orchestrator.module}, context {plan.context.module}"
         say(f"ok: {path}: {modules}, {counts}", console=out)
+        for line in report.modules:  # what will be mounted, and from where
+            say(f"  {line}", console=out)
     return list(report.errors)
 
 

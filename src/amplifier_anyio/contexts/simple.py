@@ -20,6 +20,7 @@ import anyio.lowlevel
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, ValidationError
 from ..events import CONTEXT_POST_COMPACT, CONTEXT_PRE_COMPACT
+from ..kernel._foreign import plain_message
 from ._messages import copy_message, estimate_tokens
 from .compaction import Estimator, _compact
 
@@ -139,6 +140,21 @@ class SimpleContextManager:
         )
         return [copy_message(message) for message in outcome.messages]
 
+    async def should_compact(self) -> bool:
+        """Whether the stored history needs compacting: never (amplifier-core's protocol).
+
+        Compaction here is of the view each request gets
+        (:meth:`get_messages_for_request`), never of the history; so, as upstream's
+        context-simple, this is False and :meth:`compact` does nothing. Upstream
+        orchestrators call both after each tool round.
+        """
+        await anyio.lowlevel.checkpoint()
+        return False
+
+    async def compact(self) -> None:
+        """Nothing to do: the history is never compacted (see :meth:`should_compact`)."""
+        await anyio.lowlevel.checkpoint()
+
     def resolve_budget(self, token_budget: int | None = None, provider: Any | None = None) -> int:
         """The request budget: the argument, else the provider's window, else ``max_tokens``."""
         if token_budget is not None:
@@ -173,7 +189,8 @@ class SimpleContextManager:
             raise ValidationError([f"message: expected a dict, got {type(message).__name__}"])
         if not isinstance(message.get("role"), str):
             raise ValidationError(["message.role: required (a string)"])
-        stored = copy_message(dict(message))
+        # An amplifier-core orchestrator stores its pydantic blocks as they are.
+        stored = copy_message(plain_message(dict(message)))
         return stored, self.estimator(stored)
 
     def _append(self, stored: dict[str, Any], cost: int) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from ._cancellation import CancellationState, CancellationStatistics, CancellationToken
 from ._coordinator import MOUNT_POINTS, CoordinatorStatistics, ModuleCoordinator
 from ._event_stream import Event, TurnEventStream
+from ._foreign import chat_response_of, hook_result_of, tool_result_of
 from ._hooks import Handler, HookAnswer, HookRegistry, HookRegistryStatistics
 from ._loader import ENTRY_POINT_GROUP, ModuleLoader, package_name
-from ._mount_plan import ModuleSpec, MountPlan
+from ._mount_plan import ModuleSpec, MountPlan, expand_variables
 from ._services import ServiceFunction, ServiceState, ServiceStatistics
 from ._session import AmplifierSession, SessionState, SessionStatus
+from ._sources import GitSource, fetch_git_source
 from ._tracing import (
     ToolCallContext,
     current_tool_call,
@@ -30,11 +32,17 @@ __all__ = (
     "TurnStatus",
     "MountPlan",
     "ModuleSpec",
+    "expand_variables",
     "validate_plan",
     "PlanReport",
     "ModuleLoader",
     "ENTRY_POINT_GROUP",
     "package_name",
+    "GitSource",
+    "fetch_git_source",
+    "hook_result_of",
+    "tool_result_of",
+    "chat_response_of",
     "HookRegistry",
     "HookRegistryStatistics",
     "HookAnswer",

@@ -22,6 +22,7 @@ from ..events import CANCEL_REQUESTED
 from ..interfaces import ApprovalSystem, DisplaySystem
 from ..models import HookResult
 from ._cancellation import CancellationToken
+from ._foreign import hook_result_of
 from ._hooks import HookRegistry
 from ._services import ServiceFunction, ServiceGroup, ServiceStatistics
 
@@ -86,6 +87,9 @@ class ModuleCoordinator:
         (set by the session from the plan; a tool not listed runs in the batch itself)."""
         self.tool_specs: dict[str, Any] = {}
         """Tool name → the plan entry (:class:`ModuleSpec`) that mounted it."""
+        self.session_state: dict[str, Any] = {}
+        """Free-form state modules share for the session's lifetime (amplifier-core's
+        ``coordinator.session_state``; upstream orchestrators read ``goal`` from it)."""
         self.channels: dict[str, list[dict[str, Any]]] = {}
         self.loader: Any = None
         self.validating = False
@@ -378,6 +382,9 @@ class ModuleCoordinator:
         answer other than allow / allow once / allow always gives ``deny``.
         """
         await anyio.lowlevel.checkpoint()
+        if not isinstance(result, HookResult):  # an amplifier-core one, from a foreign caller
+            converted = hook_result_of(result, origin=f"hook {hook_name!r} on {event}")  # type: ignore[unreachable]
+            result = converted if converted is not None else HookResult()
         if result.action == "inject_context" and result.context_injection:
             await self._inject(result, event, hook_name)
         if result.action == "ask_user":

@@ -24,8 +24,10 @@ from typing import Any, Literal, overload
 import anyio
 import attrs
 
+from ..errors import ForeignModuleError
 from ..models import HookResult
 from ..models._results import _trusted_result as trusted_result
+from ._foreign import current_module, hook_result_of
 from ._tracing import current_trace_id
 
 __all__ = ("HookRegistry", "Handler", "HookAnswer", "HookRegistryStatistics", "utc_timestamp")
@@ -43,6 +45,15 @@ class _Entry:
     name: str = attrs.field(order=False)
     handler: Handler = attrs.field(order=False, eq=False)
     is_async: bool = attrs.field(order=False)
+    module: str | None = attrs.field(default=None, order=False)
+    """The module whose mount registered the handler, when known."""
+
+    @property
+    def label(self) -> str:
+        """``hook 'name'`` (``of module 'id'`` when known), for messages."""
+        if self.module is None:
+            return f"hook {self.name!r}"
+        return f"hook {self.name!r} of module {self.module!r}"
 
 
 @attrs.frozen(kw_only=True)
@@ -86,6 +97,7 @@ class HookRegistry:
             name=name or f"_auto_{event}_{seq}",
             handler=handler,
             is_async=inspect.iscoroutinefunction(handler),
+            module=current_module(),
         )
         insort(self._handlers.setdefault(event, []), entry)
 
@@ -189,7 +201,7 @@ class HookRegistry:
         collected: list[HookAnswer] = []
         for entry in tuple(self._handlers.get(event, ())):
             with anyio.move_on_after(timeout) as scope:
-                result = await _call(entry, event, data)
+                result = await _call(entry, event, data, collecting=True)
             if scope.cancelled_caught:
                 logger.warning("hook %s timed out after %ss on %s", entry.name, timeout, event)
             elif result is not None:
@@ -219,8 +231,15 @@ def utc_timestamp() -> str:
     return f"{_second_text[1]}.{int((now - second) * 1_000_000):06d}+00:00"
 
 
-async def _call(entry: _Entry, event: str, data: dict[str, Any]) -> HookResult | None:
-    """Run one handler; an ordinary failure or a wrong return type counts as continue."""
+async def _call(
+    entry: _Entry, event: str, data: dict[str, Any], *, collecting: bool = False
+) -> HookResult | None:
+    """Run one handler; an ordinary failure counts as continue.
+
+    An answer that is not our HookResult is converted (an amplifier-core HookResult, a
+    dict with ``action``); one that cannot be converted fails closed: a ``deny`` naming
+    the hook and its module (when collecting answers, it is skipped like a failure).
+    """
     try:
         if entry.is_async:
             result = await entry.handler(event, data)  # type: ignore[misc]
@@ -233,12 +252,14 @@ async def _call(entry: _Entry, event: str, data: dict[str, Any]) -> HookResult |
         return None
     if result is None or isinstance(result, HookResult):
         return result
-    logger.warning(
-        "hook %s returned %s, not a HookResult; treated as continue",
-        entry.name,
-        type(result).__name__,
-    )
-    return None
+    try:
+        return hook_result_of(result, origin=f"{entry.label} on {event}")
+    except ForeignModuleError as exc:
+        if collecting:
+            logger.error("%s; skipped", exc)
+            return None
+        logger.error("%s; denied (fail closed)", exc)
+        return HookResult(action="deny", reason=f"{exc} (denied: fail closed)")
 
 
 class _Reduction:

@@ -1,9 +1,15 @@
 """Finding a module's ``mount`` function by its id.
 
-Lookup order, as upstream: a source resolver mounted at ``module-source-resolver``; then
-the entry points of group ``amplifier.modules``; then a package ``amplifier_module_<id>``
-(dashes become underscores) importable from ``sys.path`` or from the plan's ``source``
-directory. Imports run in a worker thread: they read files.
+Lookup order: a source resolver mounted at ``module-source-resolver``; then the plan
+entry's explicit ``source`` (a directory, or a ``git+…`` URL cloned into a cache, see
+:mod:`._sources`); then the entry points of group ``amplifier.modules``; then a package
+``amplifier_module_<id>`` (dashes become underscores) on the search paths or
+importable from ``sys.path``. An explicit source comes before the built-in entry points
+so that ``{module: context-simple, source: ./mine}`` mounts *that* code; a source that
+cannot be used is a warning (and the next place is tried). Two entry points of one
+name are a warning naming both (the first found is used). Where each module came from
+is kept (:meth:`ModuleLoader.origin_of`). Imports run in a worker thread: they read
+files.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 import anyio
 
 from ..errors import ModuleLoadError, ModuleNotFoundError
+from ._sources import fetch_git_source, is_git_source
 
 __all__ = ("ModuleLoader", "ENTRY_POINT_GROUP", "package_name", "on_session_ready_of")
 
@@ -45,8 +52,12 @@ def on_session_ready_of(mount: Callable[..., Any]) -> Callable[[Any], Any] | Non
     ``__on_session_ready__``, else ``on_session_ready`` in the module defining ``mount``."""
     ready = getattr(mount, "__on_session_ready__", None)
     if ready is None:
-        module = sys.modules.get(getattr(mount, "__module__", None) or "")
-        ready = getattr(module, "on_session_ready", None)
+        # The module defining mount, else the package above it (amplifier-core's contract:
+        # a module-level function of the module's package, whose mount may live deeper).
+        name = getattr(mount, "__module__", None) or ""
+        while name and ready is None:
+            ready = getattr(sys.modules.get(name), "on_session_ready", None)
+            name = name.rpartition(".")[0]
     return ready if callable(ready) else None
 
 
@@ -54,12 +65,29 @@ class ModuleLoader:
     """Loads modules for a coordinator; :meth:`cleanup` undoes its ``sys.path`` changes."""
 
     def __init__(
-        self, coordinator: Any = None, search_paths: list[str | Path] | None = None
+        self,
+        coordinator: Any = None,
+        search_paths: list[str | Path] | None = None,
+        *,
+        cache_dir: str | Path | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.search_paths = [Path(p) for p in search_paths or ()]
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        """Where ``git+…`` sources are cloned (None: :func:`default_cache_dir`)."""
         self._added_paths: list[str] = []
         self._cache: dict[tuple[str, str | None], Mount] = {}
+        self._origins: dict[tuple[str, str | None], str] = {}
+        self._warnings: dict[tuple[str, str | None], list[str]] = {}
+
+    def origin_of(self, module_id: str, source_hint: str | None = None) -> str | None:
+        """Where the module loaded for ``(module_id, source_hint)`` came from, once found:
+        ``entry point 'x' = pkg:mount (dist 1.0)``, ``source /dir (package p)``, …"""
+        return self._origins.get((module_id, source_hint))
+
+    def warnings_of(self, module_id: str, source_hint: str | None = None) -> tuple[str, ...]:
+        """What finding it warned about (an unusable source, two entry points of one name)."""
+        return tuple(self._warnings.get((module_id, source_hint), ()))
 
     async def load(
         self,
@@ -107,10 +135,23 @@ class ModuleLoader:
         resolved = None
         if resolver is not None:
             resolved = await self._resolve(resolver, module_id, source_hint, tried)
+        source_path: Path | None = None
+        if resolved is None and source_hint is not None and is_git_source(source_hint):
+            try:
+                source_path = await fetch_git_source(source_hint, self.cache_dir)
+            except ModuleLoadError as exc:
+                tried.append(f"source {source_hint!r}: {exc.reason}")
+        notes: list[str] = []
         # Everything below reads the file system or imports: one trip to a worker thread.
-        return await anyio.to_thread.run_sync(
-            partial(self._find_sync, module_id, source_hint, resolved, tried)
+        mount, origin = await anyio.to_thread.run_sync(
+            partial(self._find_sync, module_id, source_hint, resolved, source_path, tried, notes)
         )
+        key = (module_id, source_hint)
+        self._origins[key] = origin
+        self._warnings[key] = notes
+        for note in notes:
+            logger.warning("module %r: %s", module_id, note)
+        return mount
 
     async def _resolve(
         self, resolver: Any, module_id: str, source_hint: str | None, tried: list[str]
@@ -132,32 +173,60 @@ class ModuleLoader:
             msg = f"the module source resolver failed: {type(exc).__name__}: {exc}"
             raise ModuleLoadError(module_id, msg) from exc
 
-    def _find_sync(
-        self, module_id: str, source_hint: str | None, resolved: Path | None, tried: list[str]
-    ) -> Mount:
+    def _find_sync(  # noqa: PLR0917 - private, called once through partial()
+        self,
+        module_id: str,
+        source_hint: str | None,
+        resolved: Path | None,
+        source_path: Path | None,
+        tried: list[str],
+        notes: list[str],
+    ) -> tuple[Mount, str]:
         if resolved is not None:
-            return self._import_from(module_id, resolved)
-        mount = self._from_entry_point(module_id, tried)
-        if mount is not None:
-            return mount
+            mount, package = self._import_from(module_id, resolved)
+            return mount, f"source resolver: {resolved} (package {package})"
+        source_problem = None
         if source_hint is not None:
-            path = Path(source_hint).expanduser()
+            path = source_path or Path(source_hint).expanduser()
             if path.is_dir():
-                return self._import_from(module_id, path)
-            tried.append(f"source {source_hint!r}: not a directory")
-        for path in self.search_paths:
-            if (path / package_name(module_id)).is_dir():
-                return self._import_from(module_id, path)
-        mount = self._from_package(module_id, tried)
-        if mount is not None:
-            return mount
-        raise ModuleNotFoundError(module_id, tried)
+                mount, package = self._import_from(module_id, path)
+                where = f"{source_hint} ({path})" if source_path is not None else source_hint
+                return mount, f"source {where} (package {package})"
+            if source_path is None and not is_git_source(source_hint):
+                tried.append(f"source {source_hint!r}: not a directory")
+            source_problem = tried[-1]
+        found = self._from_entry_point(module_id, tried, notes)
+        if found is None:
+            for path in self.search_paths:
+                if (path / package_name(module_id)).is_dir():
+                    mount, package = self._import_from(module_id, path)
+                    found = mount, f"search path {path} (package {package})"
+                    break
+        if found is None:
+            found = self._from_package(module_id, tried)
+        if found is None:
+            raise ModuleNotFoundError(module_id, tried)
+        if source_problem is not None:
+            notes.append(f"{source_problem}; using {found[1]} instead")
+        return found
 
-    def _from_entry_point(self, module_id: str, tried: list[str]) -> Mount | None:
+    def _from_entry_point(
+        self, module_id: str, tried: list[str], notes: list[str]
+    ) -> tuple[Mount, str] | None:
         found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP).select(name=module_id)
+        unique: dict[tuple[str, str], importlib.metadata.EntryPoint] = {}
         for entry_point in found:
+            unique.setdefault((entry_point.value, _dist_label(entry_point)), entry_point)
+        candidates = list(unique.values())
+        if len(candidates) > 1:
+            described = " and ".join(_describe_entry_point(ep) for ep in candidates)
+            notes.append(
+                f"{len(candidates)} entry points named {module_id!r}: {described}; "
+                f"using the first, {_describe_entry_point(candidates[0])}"
+            )
+        for entry_point in candidates[:1]:
             try:
-                return _checked(module_id, entry_point.load())
+                return _checked(module_id, entry_point.load()), _describe_entry_point(entry_point)
             except ModuleLoadError:
                 raise
             except Exception as exc:
@@ -165,14 +234,14 @@ class ModuleLoader:
         tried.append(f"entry point {module_id!r} in group {ENTRY_POINT_GROUP!r}: none")
         return None
 
-    def _from_package(self, module_id: str, tried: list[str]) -> Mount | None:
+    def _from_package(self, module_id: str, tried: list[str]) -> tuple[Mount, str] | None:
         name = package_name(module_id)
         if importlib.util.find_spec(name) is None:
             tried.append(f"package {name!r}: not importable")
             return None
-        return _import_mount(module_id, name)
+        return _import_mount(module_id, name), f"package {name} (sys.path)"
 
-    def _import_from(self, module_id: str, path: Path) -> Mount:
+    def _import_from(self, module_id: str, path: Path) -> tuple[Mount, str]:
         """Import the module's package from ``path`` (the package itself or its parent)."""
         if (path / "__init__.py").is_file():
             root, name = path.parent, path.name
@@ -187,7 +256,18 @@ class ModuleLoader:
         if root_text not in sys.path:
             sys.path.insert(0, root_text)
             self._added_paths.append(root_text)
-        return _import_mount(module_id, name)
+        return _import_mount(module_id, name), name
+
+
+def _dist_label(entry_point: importlib.metadata.EntryPoint) -> str:
+    dist = getattr(entry_point, "dist", None)
+    if dist is None:
+        return "unknown distribution"
+    return f"{dist.metadata['Name']} {dist.version}"
+
+
+def _describe_entry_point(entry_point: importlib.metadata.EntryPoint) -> str:
+    return f"entry point {entry_point.name!r} = {entry_point.value} ({_dist_label(entry_point)})"
 
 
 def _resolve_sync(resolver: Any, module_id: str, source_hint: str | None) -> Path:

@@ -10,13 +10,21 @@ The shape is upstream Amplifier's::
     providers: [{module: provider-openai, config: {model: gpt-4o}}]
     tools: [{module: tool-filesystem}]      # or {module, config, executor: local}
     hooks: [{module: hooks-logging}]
-    agents: {...}                          # passed through, not interpreted
+    agents: {...}                          # passed through untouched (also `all`, a list)
+
+``${VAR}`` and ``${VAR:default}`` in any string value (``agents`` aside) are replaced
+from the environment when the plan is parsed; an unset variable without a default is an
+error naming the field. ``includes:`` (bundle composition) is not supported: it is kept
+in :attr:`MountPlan.includes` and reported (a warning, an error in strict validation),
+never dropped silently.
 
 Every error is one line naming the field: ``providers[0].module: required``.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,7 +35,7 @@ import yaml
 
 from ..errors import ConfigError
 
-__all__ = ("ModuleSpec", "MountPlan")
+__all__ = ("ModuleSpec", "MountPlan", "expand_variables")
 
 _SECTIONS = ("providers", "tools", "hooks")
 
@@ -47,6 +55,9 @@ class ModuleSpec:
     optional: bool = False
     executor: ModuleSpec | None = None
     """A tool entry's own executor (``executor: local`` keeps a cheap tool local)."""
+    problem: str | None = attrs.field(default=None, eq=False)
+    """Why an ``optional`` entry cannot load as written (an unset ``${VAR}``): the
+    session reports it as that entry's load failure instead of refusing the plan."""
 
     def to_dict(self) -> dict[str, Any]:
         """The plan entry as a dict (defaults left out)."""
@@ -73,7 +84,10 @@ class MountPlan:
     providers: tuple[ModuleSpec, ...] = ()
     tools: tuple[ModuleSpec, ...] = ()
     hooks: tuple[ModuleSpec, ...] = ()
-    agents: dict[str, Any] = attrs.field(factory=dict)
+    agents: Any = attrs.field(factory=dict)
+    """The plan's ``agents`` as written (a table, ``all``, a list): not interpreted."""
+    includes: tuple[Any, ...] = ()
+    """The plan's ``includes`` entries: not supported, reported by validation."""
     executor: ModuleSpec | None = None
     """The session's executor (``session.executor``); None: local."""
     raw: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
@@ -81,6 +95,14 @@ class MountPlan:
     @classmethod
     def from_dict(cls, data: Any) -> MountPlan:
         """Validate and parse a plan dict; raises ConfigError naming the field."""
+        try:
+            return cls._from_dict(data)
+        except RecursionError:
+            msg = "<plan>: nested too deeply"
+            raise ConfigError(msg) from None  # its chain is a thousand frames long
+
+    @classmethod
+    def _from_dict(cls, data: Any) -> MountPlan:
         if not isinstance(data, Mapping):
             _fail("<plan>", f"expected a table, got {_kind(data)}")
         session = data.get("session")
@@ -89,18 +111,27 @@ class MountPlan:
                 "session",
                 "required" if session is None else f"expected a table, got {_kind(session)}",
             )
-        agents = data.get("agents") or {}
-        if not isinstance(agents, Mapping):
-            _fail("agents", f"expected a table, got {_kind(agents)}")
+        agents = data.get("agents")
+        includes = data.get("includes")
+        if includes is not None and not isinstance(includes, list):
+            includes = [includes]
+        # Module entries expand one by one (an optional one may defer its problem).
+        kept = ("agents", *_SECTIONS)
+        expanded = {
+            **expand_variables({k: v for k, v in data.items() if k not in kept}),
+            **{k: data[k] for k in _SECTIONS if k in data},
+        }
+        session = expanded["session"]
         return cls(
-            orchestrator=_single(data, session, "orchestrator"),
-            context=_single(data, session, "context"),
-            providers=_entries(data, "providers"),
-            tools=_entries(data, "tools"),
-            hooks=_entries(data, "hooks"),
-            agents=dict(agents),
+            orchestrator=_single(expanded, session, "orchestrator"),
+            context=_single(expanded, session, "context"),
+            providers=_entries(expanded, "providers"),
+            tools=_entries(expanded, "tools"),
+            hooks=_entries(expanded, "hooks"),
+            agents={} if agents is None else agents,
+            includes=tuple(includes or ()),
             executor=_executor(session.get("executor"), "session.executor"),
-            raw=dict(data),
+            raw=_raw(expanded, agents if "agents" in data else None),
         )
 
     @classmethod
@@ -181,6 +212,8 @@ class MountPlan:
                 plan[section] = [spec.to_dict() for spec in specs]
         if self.agents:
             plan["agents"] = self.agents
+        if self.includes:
+            plan["includes"] = list(self.includes)
         return plan
 
     def all_modules(self) -> list[tuple[str, ModuleSpec]]:
@@ -189,6 +222,36 @@ class MountPlan:
         for kind, section in (("provider", "providers"), ("tool", "tools"), ("hook", "hooks")):
             found.extend((kind, spec) for spec in getattr(self, section))
         return found
+
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
+
+
+def expand_variables(value: Any, field: str = "") -> Any:
+    """``value`` with ``${VAR}`` / ``${VAR:default}`` in its strings (nested too) replaced
+    from the environment; an unset variable without a default is a ConfigError naming
+    the field (``providers[0].config.api_key: environment variable KEY is not set``)."""
+    if isinstance(value, str):
+        if "${" not in value:
+            return value
+
+        def lookup(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            found = os.environ.get(name)
+            if found is not None:
+                return found
+            if default is not None:
+                return default
+            _fail(field or "<plan>", f"environment variable {name} is not set")
+
+        return _VARIABLE.sub(lookup, value)
+    if isinstance(value, Mapping):
+        return {
+            k: expand_variables(v, f"{field}.{k}" if field else str(k)) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [expand_variables(v, f"{field}[{i}]") for i, v in enumerate(value)]
+    return value
 
 
 _SESSION_MODULE_KEYS = (
@@ -297,6 +360,24 @@ def _executor(value: Any, field: str) -> ModuleSpec | None:
     return _spec(value, field)
 
 
+def _raw(expanded: dict[str, Any], agents: Any) -> dict[str, Any]:
+    """The plan as a dict: values expanded (an entry that cannot be, as written)."""
+    raw = dict(expanded)
+    for section in _SECTIONS:
+        if isinstance(raw.get(section), list):
+            raw[section] = [_expanded_or_as_is(e) for e in raw[section]]
+    if agents is not None:
+        raw["agents"] = agents
+    return raw
+
+
+def _expanded_or_as_is(entry: Any) -> Any:
+    try:
+        return expand_variables(entry)
+    except ConfigError:
+        return entry
+
+
 def _spec(
     entry: Any, field: str, *, id_field: str | None = None, executor: bool = False
 ) -> ModuleSpec:
@@ -304,6 +385,13 @@ def _spec(
         entry = {"module": entry}
     if not isinstance(entry, Mapping):
         _fail(field, f"expected a table, got {_kind(entry)}")
+    problem = None
+    try:
+        entry = expand_variables(entry, field)
+    except ConfigError as exc:
+        if entry.get("optional") is not True:
+            raise
+        problem = str(exc)  # the optional entry fails to load, with this reason
     module = entry.get("module")
     id_field = id_field or f"{field}.module"
     if module is None or module == "":
@@ -331,6 +419,7 @@ def _spec(
         instance_id=instance_id,
         optional=optional,
         executor=_executor(entry.get("executor"), f"{field}.executor") if executor else None,
+        problem=problem,
     )
 
 

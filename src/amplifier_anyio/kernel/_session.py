@@ -68,6 +68,7 @@ from ..interfaces import ApprovalSystem, DisplaySystem
 from ._cancellation import CancellationToken
 from ._coordinator import ModuleCoordinator
 from ._event_stream import TurnEventStream
+from ._foreign import module_scope
 from ._loader import ModuleLoader
 from ._mount_plan import ModuleSpec, MountPlan
 from ._services import ServiceGroup
@@ -293,10 +294,14 @@ class AmplifierSession:
 
     async def _mount(self, kind: str, spec: ModuleSpec) -> None:
         assert self.plan is not None
+        if spec.problem is not None:  # an optional entry that cannot load as written
+            raise ConfigError(spec.problem)
         mount = await self.loader.load(spec.module, spec.config, spec.source, self.coordinator)
         before = dict(self.coordinator.get(_MULTI_OF[kind])) if kind in _MULTI_OF else {}
+        mounted = _mounted_objects(self.coordinator)
         try:
-            cleanup = await mount(self.coordinator)
+            with module_scope(spec.module):
+                cleanup = await mount(self.coordinator)
         except SessionError:
             raise  # the session used the wrong way (a service without `async with`): the host's
         except Exception as exc:
@@ -306,6 +311,13 @@ class AmplifierSession:
         ready = getattr(mount, "__on_session_ready__", None)
         if callable(ready):
             self._ready_hooks.append((spec.module, ready))
+        # An object the module mounted may define on_session_ready too (a method).
+        for obj in _mounted_objects(self.coordinator).values():
+            if id(obj) in mounted:
+                continue
+            method = getattr(obj, "on_session_ready", None)
+            if callable(method) and getattr(method, "__func__", method) is not ready:
+                self._ready_hooks.append((spec.module, method))
         if kind == "provider" and spec.instance_id:
             self._rename_provider(before, spec)
         if kind == "tool":
@@ -389,9 +401,10 @@ class AmplifierSession:
         hooks, self._ready_hooks = self._ready_hooks, []
         for module_id, ready in hooks:
             try:
-                result = ready(self.coordinator)
-                if inspect.isawaitable(result):
-                    await result
+                with module_scope(module_id):
+                    result = ready(self.coordinator)
+                    if inspect.isawaitable(result):
+                        await result
             except Exception as exc:
                 logger.exception("on_session_ready of module %r failed", module_id)
                 await self.coordinator.hooks.emit(
@@ -590,6 +603,15 @@ class AmplifierSession:
             if self._services is not None:
                 self._services.closed = True
             self.loader.cleanup()
+
+
+def _mounted_objects(coordinator: ModuleCoordinator) -> dict[int, Any]:
+    """Every object at a mount point, by id (to tell what one mount added)."""
+    points = coordinator.mount_points
+    found = [points["orchestrator"], points["context"], points["module-source-resolver"]]
+    found.extend(points["providers"].values())
+    found.extend(points["tools"].values())
+    return {id(obj): obj for obj in found if obj is not None}
 
 
 def _original(exc: BaseException) -> BaseException:

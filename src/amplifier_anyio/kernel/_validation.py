@@ -20,10 +20,11 @@ import attrs
 from ..config_schema import schema_of
 from ..errors import ConfigError, describe
 from ._coordinator import ModuleCoordinator
+from ._foreign import module_scope
 from ._loader import ModuleLoader
 from ._mount_plan import ModuleSpec, MountPlan
 
-__all__ = ("PlanReport", "validate_plan", "schema_problems")
+__all__ = ("PlanReport", "validate_plan", "schema_problems", "module_line")
 
 _MOUNT_POINT_OF = {"orchestrator": "orchestrator", "context": "context"}
 _CLEANUP_SECONDS = 5.0
@@ -36,6 +37,9 @@ class PlanReport:
 
     errors: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+    """One line per plan entry found: what will actually be mounted and where it came
+    from (``tool 'tool-x': entry point 'tool-x' = pkg:mount (dist 1.0)``)."""
 
     @property
     def ok(self) -> bool:
@@ -47,9 +51,10 @@ class PlanReport:
 class _Findings:
     errors: list[str] = attrs.Factory(list)
     warnings: list[str] = attrs.Factory(list)
+    modules: list[str] = attrs.Factory(list)
 
     def report(self) -> PlanReport:
-        return PlanReport(tuple(self.errors), tuple(self.warnings))
+        return PlanReport(tuple(self.errors), tuple(self.warnings), tuple(self.modules))
 
 
 @attrs.frozen
@@ -82,6 +87,7 @@ async def validate_plan(
     coordinator.validating = True
     loader = loader or ModuleLoader(coordinator)
     findings = _Findings()
+    _check_plan(parsed, strict, findings)
     try:
         for kind, spec in parsed.all_modules():
             await _check_module(
@@ -106,7 +112,10 @@ async def schema_problems(plan: MountPlan, loader: ModuleLoader, *, strict: bool
     that cannot be found is left to the mount (which honours ``optional``); an optional
     module's problems are warnings."""
     findings = _Findings()
+    _check_plan(plan, strict, findings)
     for kind, spec in plan.all_modules():
+        if spec.problem is not None:
+            continue  # the mount reports it, honouring optional
         try:
             mount = await loader.find(spec.module, spec.source)
         except Exception:  # noqa: BLE001, S112 - the mount reports it, honouring optional
@@ -116,6 +125,23 @@ async def schema_problems(plan: MountPlan, loader: ModuleLoader, *, strict: bool
         findings.warnings.extend(found.warnings)
         (findings.warnings if spec.optional else findings.errors).extend(found.errors)
     return findings.report()
+
+
+def _check_plan(plan: MountPlan, strict: bool, findings: _Findings) -> None:
+    """What the plan asks for that is not supported: ``includes`` (bundles)."""
+    if plan.includes:
+        listed = ", ".join(repr(i) for i in plan.includes)
+        line = (
+            f"includes: not supported (bundle composition is not implemented); "
+            f"ignored: {listed} — list the modules in the plan itself"
+        )
+        (findings.errors if strict else findings.warnings).append(line)
+
+
+def module_line(kind: str, spec: ModuleSpec, loader: ModuleLoader) -> str:
+    """``<kind> '<id>': <where its code came from>`` for a module the loader found."""
+    origin = loader.origin_of(spec.module, spec.source) or "found"
+    return f"{kind} {spec.module!r}: {origin}"
 
 
 async def _parse(plan: MountPlan | Mapping[str, Any] | str | os.PathLike[str]) -> MountPlan:
@@ -138,17 +164,24 @@ async def _check_module(
     findings: _Findings,
 ) -> None:
     label = f"{kind} {spec.module!r}"
+    if spec.problem is not None:  # optional, so the session would go on without it
+        findings.warnings.append(f"{label}: optional, not loaded: {spec.problem}")
+        return
     try:
         mount = await loader.find(spec.module, spec.source)
     except Exception as exc:  # noqa: BLE001 - every problem is reported, one line each
         findings.errors.append(f"{label}: {describe(exc)}")
         return
+    findings.modules.append(module_line(kind, spec, loader))
+    findings.warnings.extend(f"{label}: {w}" for w in loader.warnings_of(spec.module, spec.source))
     errors_before = len(findings.errors)
     _check_schema(kind, spec, mount, strict, findings)
     if len(findings.errors) > errors_before:
         return  # its mount would only repeat the schema's finding less clearly
     try:
-        result = await (await loader.load(spec.module, spec.config, spec.source))(coordinator)
+        mount_fn = await loader.load(spec.module, spec.config, spec.source)
+        with module_scope(spec.module):
+            result = await mount_fn(coordinator)
     except Exception as exc:  # noqa: BLE001 - every problem is reported, one line each
         findings.errors.append(f"{label}: {describe(exc)}")
         return

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError, LLMError
+from ..kernel._foreign import plain_message
+from ..kernel._foreign import tool_calls_of as foreign_tool_calls
 from ..models import (
     ChatRequest,
     ChatResponse,
@@ -99,6 +101,8 @@ def apply_injections(
 
 
 def _normalise(message: dict[str, Any]) -> dict[str, Any]:
+    # A context of amplifier-core's may hold pydantic blocks: plain dicts first.
+    message = plain_message(message)
     # Amplifier transcripts name the tool of a call "tool"; our ToolCall says "name".
     calls = message.get("tool_calls")
     if not calls or all("name" in c for c in calls if isinstance(c, dict)):
@@ -135,7 +139,10 @@ def tool_calls_of(provider: Any, response: ChatResponse) -> list[ToolCall]:
     """The tool calls a response asks for, through the provider's parser when it has one."""
     parse = getattr(provider, "parse_tool_calls", None)
     calls = parse(response) if parse is not None else response.tool_calls
-    return list(calls or [])
+    if not calls:
+        return []
+    # An amplifier-core provider's parser may give its own pydantic ToolCalls.
+    return foreign_tool_calls(calls, origin=f"provider {getattr(provider, 'name', provider)!r}")
 
 
 def assistant_message(response: ChatResponse, calls: Sequence[ToolCall]) -> dict[str, Any]:

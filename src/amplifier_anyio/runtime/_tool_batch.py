@@ -39,6 +39,7 @@ from ..errors import ContextWriteError, unwrap_group
 from ..events import TOOL_ERROR, TOOL_POST, TOOL_PRE
 from ..kernel._cancellation import CancellationToken
 from ..kernel._coordinator import ModuleCoordinator
+from ..kernel._foreign import tool_result_of
 from ..kernel._tracing import ToolCallContext, current_trace_id, tool_call_scope
 from ..models import INVALID_ARGUMENTS_KEY, HookResult, ToolCall, ToolResult, unstructure
 from ..models._validators import number
@@ -318,9 +319,9 @@ class ToolBatch:
                 else:
                     work = self._start(call.name, tool, tool_input)
                 if timeout is None:  # no cancel scope at all: one per call is measurable
-                    return _as_result(await work)
+                    return _as_result(await work, call.name)
                 with anyio.move_on_after(timeout):
-                    return _as_result(await work)
+                    return _as_result(await work, call.name)
             except Exception as exc:  # noqa: BLE001 - a failing tool is a result, not a crash
                 return await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
         return await self._error(index, call, "TimeoutError", f"timed out after {timeout} s")
@@ -435,5 +436,8 @@ async def _in_thread(execute: Any, tool_input: dict[str, Any], *, abandon: bool)
     return result
 
 
-def _as_result(value: Any) -> ToolResult:
-    return value if isinstance(value, ToolResult) else ToolResult(success=True, output=value)
+def _as_result(value: Any, name: str) -> ToolResult:
+    # An amplifier-core ToolResult keeps its success, output and error (kernel/_foreign).
+    if isinstance(value, ToolResult):
+        return value
+    return tool_result_of(value, origin=f"tool {name!r}")

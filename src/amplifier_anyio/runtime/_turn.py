@@ -42,6 +42,7 @@ from ..events import (
     PROVIDER_RESPONSE,
     PROVIDER_TOOL_SEQUENCE_REPAIRED,
 )
+from ..kernel._foreign import chat_response_of
 from ..kernel._tracing import trace_scope
 from ..kernel._turns import TurnResult, TurnStatus
 from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
@@ -313,8 +314,13 @@ class Turn:
     ) -> ChatResponse:
         stream = getattr(provider, "stream", None) if self.streaming else None
         if stream is None:
-            return await provider.complete(request, **kwargs)
-        return await relay_stream(stream(request, **kwargs), self.hooks, self.provider_name)
+            response: Any = await provider.complete(request, **kwargs)
+        else:
+            response = await relay_stream(stream(request, **kwargs), self.hooks, self.provider_name)
+        if isinstance(response, ChatResponse):
+            return response
+        # An amplifier-core provider's pydantic ChatResponse (kernel/_foreign).
+        return chat_response_of(response, origin=f"provider {self.provider_name!r}")
 
     async def _answer(self, response: ChatResponse) -> None:
         if response.content:
