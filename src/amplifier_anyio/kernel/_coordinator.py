@@ -30,6 +30,9 @@ __all__ = ("ModuleCoordinator", "CoordinatorStatistics", "MOUNT_POINTS")
 
 logger = logging.getLogger(__name__)
 
+_NOTHING_TO_DO = frozenset(("continue", "modify"))
+"""Actions ``process_hook_result`` hands back as they are (without a user message)."""
+
 MOUNT_POINTS = ("orchestrator", "providers", "tools", "context", "hooks", "module-source-resolver")
 """Every mount point, in upstream's order."""
 
@@ -381,6 +384,17 @@ class ModuleCoordinator:
         Approval fails closed: no approval system, a timeout whose default is deny, or any
         answer other than allow / allow once / allow always gives ``deny``.
         """
+        if (
+            type(result) is HookResult
+            and result.action in _NOTHING_TO_DO
+            and not result.user_message
+        ):
+            # A plain continue / modify has nothing to carry out: it returns at once, with
+            # no checkpoint. The rule "an async function always checkpoints" is kept by the
+            # callers, which checkpoint around every emit anyway (the tool batch's task
+            # start and the tool itself, the turn's provider call); a checkpoint here cost
+            # two scheduler passes per tool call with one tool:pre / tool:post handler.
+            return result
         await anyio.lowlevel.checkpoint()
         if not isinstance(result, HookResult):  # an amplifier-core one, from a foreign caller
             converted = hook_result_of(result, origin=f"hook {hook_name!r} on {event}")  # type: ignore[unreachable]

@@ -81,7 +81,9 @@ class HookRegistry:
     """Named, prioritised handlers per event; ``emit`` reduces their results."""
 
     def __init__(self) -> None:
-        self._handlers: dict[str, list[_Entry]] = {}
+        # Each event's entries are an immutable tuple, replaced on (un)registration: an
+        # emit iterates the tuple it read, which is the snapshot, with no copy per emit.
+        self._handlers: dict[str, tuple[_Entry, ...]] = {}
         self._defaults: dict[str, Any] = {}
         self._seq = itertools.count()
         self._emits = 0
@@ -99,12 +101,14 @@ class HookRegistry:
             is_async=inspect.iscoroutinefunction(handler),
             module=current_module(),
         )
-        insort(self._handlers.setdefault(event, []), entry)
+        entries = list(self._handlers.get(event, ()))
+        insort(entries, entry)
+        self._handlers[event] = tuple(entries)
 
         def unregister() -> None:
-            entries = self._handlers.get(event, [])
+            entries = self._handlers.get(event, ())
             if entry in entries:
-                entries.remove(entry)
+                self._handlers[event] = tuple(e for e in entries if e is not entry)
 
         return unregister
 
@@ -113,7 +117,7 @@ class HookRegistry:
     def unregister(self, name: str) -> None:
         """Remove every handler registered under ``name``; unknown names are ignored."""
         for event, entries in self._handlers.items():
-            self._handlers[event] = [e for e in entries if e.name != name]
+            self._handlers[event] = tuple(e for e in entries if e.name != name)
 
     def set_default_fields(self, **defaults: Any) -> None:
         """Replace the fields merged under every emitted event's data."""
@@ -148,11 +152,23 @@ class HookRegistry:
         self._emits += 1
         entries = self._handlers.get(event)
         if not entries:
-            return trusted_result("continue", dict(data))
+            # Nothing to run, stamp or reduce. The one copy stays: the caller's dict is
+            # never handed back to be mutated by whoever reads the result (tested).
+            return trusted_result("continue", data.copy())
         current = self._stamp(data)
         reducer: _Reduction | None = None  # only built once a handler does more than continue
-        for entry in tuple(entries):
-            result = await _call(entry, event, current)
+        for entry in entries:  # an immutable snapshot: see __init__
+            if entry.is_async:  # the common case, inlined: one coroutine frame less
+                try:
+                    answer = await entry.handler(event, current)  # type: ignore[misc]
+                except Exception:
+                    logger.exception("hook %s failed on %s; skipped", entry.name, event)
+                    continue
+                if answer is None:
+                    continue
+                result = answer if type(answer) is HookResult else _answer(entry, event, answer)
+            else:
+                result = await _call(entry, event, current)
             if result is None or result.action == "continue":
                 continue
             if reducer is None:
@@ -220,15 +236,16 @@ def utc_timestamp() -> str:
     """Now as UTC ISO-8601 with microseconds (``2026-11-22T02:13:30.853271+00:00``).
 
     ``datetime.now(UTC).isoformat()`` is the slowest step of an emit; the date-and-second
-    part is formatted once per second and the microseconds appended.
+    part is formatted once per second (a cached clock) and the microseconds appended, from
+    integer nanoseconds (no float arithmetic).
     """
     global _second_text  # noqa: PLW0603 - a one-entry cache
-    now = time.time()
-    second = int(now)
-    if _second_text[0] != second:
-        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        _second_text = (second, text)
-    return f"{_second_text[1]}.{int((now - second) * 1_000_000):06d}+00:00"
+    second, nanos = divmod(time.time_ns(), 1_000_000_000)
+    cached = _second_text
+    if cached[0] != second:
+        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        cached = _second_text = (second, text)
+    return f"{cached[1]}{nanos // 1000:06d}+00:00"
 
 
 async def _call(
@@ -251,6 +268,15 @@ async def _call(
         logger.exception("hook %s failed on %s; skipped", entry.name, event)
         return None
     if result is None or isinstance(result, HookResult):
+        return result
+    return _answer(entry, event, result, collecting=collecting)
+
+
+def _answer(
+    entry: _Entry, event: str, result: object, *, collecting: bool = False
+) -> HookResult | None:
+    """A handler's answer as our HookResult (a subclass passes through unchanged)."""
+    if isinstance(result, HookResult):
         return result
     try:
         return hook_result_of(result, origin=f"{entry.label} on {event}")

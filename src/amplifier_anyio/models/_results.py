@@ -129,13 +129,16 @@ class HookResult:
 # built by copying a validated template's attribute dict (the class is not slotted for
 # this), skipping a validated __init__ that costs more than the rest of an emit.
 _TEMPLATE = HookResult()
+_TEMPLATE_FIELDS: dict[str, Any] = dict(_TEMPLATE.__dict__)
+_new = object.__new__
+_set = object.__setattr__
 
 
 def _trusted_result(action: Literal["continue", "modify"], data: dict[str, Any]) -> HookResult:
     """A ``continue``/``modify`` HookResult carrying ``data``, built without validation."""
-    result = object.__new__(HookResult)
-    fields = result.__dict__
-    fields.update(_TEMPLATE.__dict__)
+    fields = _TEMPLATE_FIELDS.copy()
     fields["action"] = action
     fields["data"] = data
+    result = _new(HookResult)
+    _set(result, "__dict__", fields)  # frozen: bypass attrs' __setattr__, as attrs does
     return result
