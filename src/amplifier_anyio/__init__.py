@@ -8,48 +8,108 @@ It runs unchanged inside trio and asyncio applications::
 
 from __future__ import annotations
 
-from .errors import (
-    AmplifierError,
-    ConfigError,
-    ContextWriteError,
-    LLMError,
-    ModuleLoadError,
-    ModuleNotFoundError,
-    SessionError,
-    ValidationError,
-)
-from .kernel import (
-    AmplifierSession,
-    CancellationState,
-    CancellationToken,
-    HookRegistry,
-    ModuleCoordinator,
-    ModuleLoader,
-    ModuleSpec,
-    MountPlan,
-    SessionState,
-    SessionStatus,
-    ToolCallContext,
-    TurnResult,
-    TurnStatus,
-    current_tool_call,
-    current_trace_id,
-    validate_plan,
-)
-from .models import (
-    ChatRequest,
-    ChatResponse,
-    HookResult,
-    Message,
-    TextBlock,
-    ThinkingBlock,
-    ToolCall,
-    ToolResult,
-    ToolSpec,
-    Usage,
-    structure,
-    unstructure,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .errors import (
+        AmplifierError,
+        ConfigError,
+        ContextWriteError,
+        LLMError,
+        ModuleLoadError,
+        ModuleNotFoundError,
+        SessionError,
+        ValidationError,
+    )
+    from .kernel import (
+        AmplifierSession,
+        CancellationState,
+        CancellationToken,
+        HookRegistry,
+        ModuleCoordinator,
+        ModuleLoader,
+        ModuleSpec,
+        MountPlan,
+        SessionState,
+        SessionStatus,
+        ToolCallContext,
+        TurnResult,
+        TurnStatus,
+        current_tool_call,
+        current_trace_id,
+        validate_plan,
+    )
+    from .models import (
+        ChatRequest,
+        ChatResponse,
+        HookResult,
+        Message,
+        TextBlock,
+        ThinkingBlock,
+        ToolCall,
+        ToolResult,
+        ToolSpec,
+        Usage,
+        structure,
+        unstructure,
+    )
+
+# The public names are imported on first use (PEP 562): ``import amplifier_anyio`` alone
+# stays cheap for a program that only needs, say, the models or the CLI's --help.
+_LAZY: dict[str, str] = {
+    "AmplifierError": "errors",
+    "ConfigError": "errors",
+    "ContextWriteError": "errors",
+    "LLMError": "errors",
+    "ModuleLoadError": "errors",
+    "ModuleNotFoundError": "errors",
+    "SessionError": "errors",
+    "ValidationError": "errors",
+    "AmplifierSession": "kernel",
+    "CancellationState": "kernel",
+    "CancellationToken": "kernel",
+    "HookRegistry": "kernel",
+    "ModuleCoordinator": "kernel",
+    "ModuleLoader": "kernel",
+    "ModuleSpec": "kernel",
+    "MountPlan": "kernel",
+    "SessionState": "kernel",
+    "SessionStatus": "kernel",
+    "ToolCallContext": "kernel",
+    "TurnResult": "kernel",
+    "TurnStatus": "kernel",
+    "current_tool_call": "kernel",
+    "current_trace_id": "kernel",
+    "validate_plan": "kernel",
+    "ChatRequest": "models",
+    "ChatResponse": "models",
+    "HookResult": "models",
+    "Message": "models",
+    "TextBlock": "models",
+    "ThinkingBlock": "models",
+    "ToolCall": "models",
+    "ToolResult": "models",
+    "ToolSpec": "models",
+    "Usage": "models",
+    "structure": "models",
+    "unstructure": "models",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __version__ = "0.1.0"
 

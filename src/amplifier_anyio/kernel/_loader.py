@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import builtins
 import importlib
-import importlib.metadata
 import importlib.util
 import inspect
 import logging
@@ -24,12 +23,15 @@ import sys
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ..errors import ModuleLoadError, ModuleNotFoundError
 from ._sources import fetch_git_source, is_git_source
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = ("ModuleLoader", "ENTRY_POINT_GROUP", "package_name", "on_session_ready_of")
 
@@ -213,8 +215,10 @@ class ModuleLoader:
     def _from_entry_point(
         self, module_id: str, tried: list[str], notes: list[str]
     ) -> tuple[Mount, str] | None:
+        import importlib.metadata  # noqa: PLC0415 - ~20 ms of `import amplifier_anyio`
+
         found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP).select(name=module_id)
-        unique: dict[tuple[str, str], importlib.metadata.EntryPoint] = {}
+        unique: dict[tuple[str, str], EntryPoint] = {}
         for entry_point in found:
             unique.setdefault((entry_point.value, _dist_label(entry_point)), entry_point)
         candidates = list(unique.values())
@@ -259,14 +263,14 @@ class ModuleLoader:
         return _import_mount(module_id, name), name
 
 
-def _dist_label(entry_point: importlib.metadata.EntryPoint) -> str:
+def _dist_label(entry_point: EntryPoint) -> str:
     dist = getattr(entry_point, "dist", None)
     if dist is None:
         return "unknown distribution"
     return f"{dist.metadata['Name']} {dist.version}"
 
 
-def _describe_entry_point(entry_point: importlib.metadata.EntryPoint) -> str:
+def _describe_entry_point(entry_point: EntryPoint) -> str:
     return f"entry point {entry_point.name!r} = {entry_point.value} ({_dist_label(entry_point)})"
 
 

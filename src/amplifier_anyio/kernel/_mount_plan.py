@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import attrs
-import yaml
 
 from ..errors import ConfigError
 
@@ -144,6 +143,8 @@ class MountPlan:
         ``origin`` in one line; a table with a bad field names the field.
         """
         kind = "TOML" if suffix == ".toml" else "YAML"
+        import yaml  # noqa: PLC0415 - PyYAML costs ~10 ms of `import amplifier_anyio`
+
         try:
             data: Any = tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
         except RecursionError:
