@@ -28,9 +28,10 @@ BACKENDS: dict[str, tuple[str, dict[str, Any]]] = {
 SUITES = ("fanout", "emit", "batch", "compaction")
 """The parts of a default run: full-loop fan-out, hook emit, tool batch, compaction."""
 
-ALL_SUITES = (*SUITES, "executors")
+ALL_SUITES = (*SUITES, "executors", "history", "startup")
 """Every suite ``--suite`` accepts; ``executors`` (CPU-bound calls through each executor,
-worker processes and a Dask cluster) runs only when asked for."""
+worker processes and a Dask cluster), ``history`` (request cost against conversation
+length) and ``startup`` (import and CLI start-up time) run only when asked for."""
 
 _NEEDS = {"asyncio+uvloop": "uvloop", "trio": "trio"}
 
@@ -87,7 +88,8 @@ class BenchConfig:
     ``compaction_sizes``: history lengths of the compaction benchmark; ``memory``: also
     measure peak memory per in-flight call (a separate, traced run per case);
     ``executor_calls`` / ``executor_cost``: the executors suite's N calls of that many
-    seconds of CPU work each.
+    seconds of CPU work each; ``history_sizes`` / ``history_iterations``: the history
+    suite's conversation lengths and the tool rounds of its agent run.
     """
 
     sizes: tuple[int, ...] = attrs.field(
@@ -114,6 +116,12 @@ class BenchConfig:
         converter=tuple,
         validator=_positive_ints("compaction_sizes"),
     )
+    history_sizes: tuple[int, ...] = attrs.field(
+        default=(100, 1_000, 10_000, 100_000),
+        converter=tuple,
+        validator=_positive_ints("history_sizes"),
+    )
+    history_iterations: int = attrs.field(default=1_000)
     memory: bool = True
     executor_calls: int = attrs.field(default=40)
     executor_cost: float = attrs.field(default=0.05)
@@ -123,6 +131,11 @@ class BenchConfig:
     def _check_repeats(self, _: Any, value: int) -> None:
         if value < 1:
             raise ConfigError(f"repeats: expected at least 1, got {value}")
+
+    @history_iterations.validator
+    def _check_history_iterations(self, _: Any, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"history_iterations: expected at least 1, got {value!r}")
 
     @executor_calls.validator
     def _check_executor_calls(self, _: Any, value: int) -> None:
@@ -148,6 +161,8 @@ class BenchConfig:
             "emit_iterations": 5_000,
             "batch_size": 500,
             "compaction_sizes": (100, 1_000, 10_000),
+            "history_sizes": (100, 1_000, 10_000),
+            "history_iterations": 100,
             "executor_calls": 16,
             "executor_cost": 0.02,
             "quick": True,

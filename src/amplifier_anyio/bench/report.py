@@ -165,6 +165,57 @@ def _executors_table(report: dict[str, Any], markdown: bool) -> Table:
     return table
 
 
+def _history_tables(report: dict[str, Any], markdown: bool) -> list[Table]:
+    history = report["history"]
+    slopes = ", ".join(
+        f"compaction {key} {value:.2f}" for key, value in history["slope"].items() if value
+    )
+    table = _table(
+        f"One provider request, context-simple (median ms; time ~ size^k: {slopes or '-'})",
+        ["messages", "compaction", "sent", "request", "µs/msg"],
+        markdown,
+    )
+    for case in history["cases"]:
+        table.add_row(
+            f"{case['messages']:,}",
+            "on" if case["compaction"] else "off",
+            f"{case['sent']:,}",
+            _ms(case["request"]["median_s"]),
+            _num(case["us_per_message"]),
+        )
+    runs = _table(
+        "An agent run of tool rounds: request cost summed (first / last tenth: median ms)",
+        ["rounds", "compaction", "total s", "first", "last", "last / first"],
+        markdown,
+    )
+    for run in history["runs"]:
+        runs.add_row(
+            f"{run['iterations']:,}",
+            "on" if run["compaction"] else "off",
+            f"{run['total_s']:.3f}",
+            _num(run["first_tenth_median_ms"]),
+            _num(run["last_tenth_median_ms"]),
+            f"{run['growth']:.1f}",
+        )
+    return [table, runs]
+
+
+def _startup_table(report: dict[str, Any], markdown: bool) -> Table:
+    table = _table(
+        "Start-up: fresh interpreters (median ms of wall time)",
+        ["command", "runs", "wall", "over python -c pass"],
+        markdown,
+    )
+    for case in report["startup"]["cases"]:
+        table.add_row(
+            case["command"],
+            str(case["repeats"]),
+            _num(case["median_ms"]),
+            _num(case["over_python_ms"]),
+        )
+    return table
+
+
 def _targets_table(report: dict[str, Any], markdown: bool) -> Table:
     table = _table("Targets", ["target", "backend", "measured", "under", "met"], markdown)
     for target in report["targets"]:
@@ -196,6 +247,10 @@ def render_tables(report: dict[str, Any], console: Console, *, markdown: bool = 
         tables.append(_compaction_table(report, markdown))
     if report.get("executors"):
         tables.append(_executors_table(report, markdown))
+    if report.get("history"):
+        tables.extend(_history_tables(report, markdown))
+    if report.get("startup"):
+        tables.append(_startup_table(report, markdown))
     tables.append(_targets_table(report, markdown))
     width = max(console.width, 200) if markdown else None
     for table in tables:

@@ -9,6 +9,7 @@ import anyio
 from .config import BenchConfig, backend_problem, backend_spec
 from .environment import environment, load_average
 from .executors import executors_suite
+from .history import history_suite, startup_suite
 from .suites import Step, backend_suite, compaction_suite
 from .targets import evaluate_targets
 
@@ -85,6 +86,12 @@ def run_benchmarks(config: BenchConfig, step: Step = _ignore) -> dict[str, Any]:
             repeats=config.repeats,
             step=step,
         )
+    if "history" in config.suites:
+        report["history"] = history_suite(
+            config.history_sizes, config.history_iterations, config.repeats, step
+        )
+    if "startup" in config.suites:
+        report["startup"] = startup_suite(max(config.repeats, 5), step)
     report["environment"]["load_average_after"] = load_average()
     report["targets"] = evaluate_targets(report, backends)
     return report

@@ -39,7 +39,9 @@ def count_steps(config: BenchConfig, backends: int) -> int:
         per_backend += 1
     compaction = len(config.compaction_sizes) if "compaction" in config.suites else 0
     executors = config.repeats if "executors" in config.suites else 0  # one step a repeat
-    return per_backend * backends + compaction + executors
+    history = 2 * len(config.history_sizes) + 2 if "history" in config.suites else 0
+    startup = 1 if "startup" in config.suites else 0
+    return per_backend * backends + compaction + executors + history + startup
 
 
 def _ignore(_: str) -> None:
