@@ -203,7 +203,7 @@ def _history_tables(report: dict[str, Any], markdown: bool) -> list[Table]:
 def _startup_table(report: dict[str, Any], markdown: bool) -> Table:
     table = _table(
         "Start-up: fresh interpreters (median ms of wall time)",
-        ["command", "runs", "wall", "over python -c pass"],
+        ["command", "runs", "wall", "over python"],
         markdown,
     )
     for case in report["startup"]["cases"]:
