@@ -12,7 +12,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ("call_ids", "calls", "result_ids", "copy_message", "estimate_tokens")
+__all__ = (
+    "call_ids",
+    "calls",
+    "result_ids",
+    "copy_message",
+    "estimate_tokens",
+    "hand_out",
+    "cached_model",
+)
 
 _CALL_BLOCKS = ("tool_call", "tool_use")
 
@@ -74,7 +82,24 @@ def _call(item: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def copy_message(value: Any) -> Any:
-    """Copy the dicts and lists of a JSON-like value; leave leaves shared (they are immutable)."""
+    """Copy the dicts and lists of a JSON-like value; leave leaves shared (they are immutable).
+
+    A dict or list subclass comes back as a plain dict or list, as it always did.
+    """
+    kind = value.__class__
+    if kind is dict:  # the common case: one C-level copy, then only nested containers
+        copied = value.copy()
+        for key, item in copied.items():
+            if item.__class__ is dict or item.__class__ is list or isinstance(item, dict | list):
+                copied[key] = copy_message(item)  # same keys: no resize while iterating
+        return copied
+    if kind is list:
+        return [
+            copy_message(item)
+            if item.__class__ is dict or item.__class__ is list or isinstance(item, dict | list)
+            else item
+            for item in value
+        ]
     if isinstance(value, dict):
         return {key: copy_message(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -86,3 +111,38 @@ def estimate_tokens(message: Mapping[str, Any]) -> int:
     """About one token per four characters of the message's compact JSON (at least 1)."""
     text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
     return max(1, (len(text) + 3) // 4)
+
+
+# -- structured models of handed-out copies ---------------------------------------------
+# A request view hands out copies of the stored messages, and the turn engine converts each
+# copy into a ``Message`` for the provider request. The conversion of a stored message
+# never changes (history is append-only; set_messages / clear store new dicts), so a
+# context keeps one slot per stored message for its model, and registers each copy it
+# hands out with the stored message and the slot. ``build_request`` reuses the model when
+# the copy it is given is a registered one and still equal to the stored message (a caller
+# may have changed its copy: then it is converted afresh, as before).
+
+_handed: dict[int, tuple[dict[str, Any], dict[str, Any], list[Any]]] = {}
+
+
+def hand_out(stored: list[dict[str, Any]], slots: list[list[Any]]) -> list[dict[str, Any]]:
+    """Copies of ``stored`` for a request, registered with their slots (see above)."""
+    global _handed  # noqa: PLW0603 - the registry of the latest view only
+    copies = [copy_message(message) for message in stored]
+    # A new registry per view: the previous view's copies are released; a view of another
+    # context being converted meanwhile only misses the cache.
+    _handed = {
+        id(copy): (copy, message, slot)
+        for copy, message, slot in zip(copies, stored, slots, strict=True)
+    }
+    return copies
+
+
+def cached_model(message: dict[str, Any]) -> tuple[list[Any] | None, Any]:
+    """``(slot, model)`` for a handed-out copy: the model None until the slot is filled;
+    ``(None, None)`` for any other message or a copy changed since it was handed out."""
+    entry = _handed.get(id(message))
+    if entry is None or entry[0] is not message or message != entry[1]:
+        return None, None
+    slot = entry[2]
+    return slot, slot[0] if slot else None

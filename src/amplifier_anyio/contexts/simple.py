@@ -21,7 +21,7 @@ from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, ValidationError
 from ..events import CONTEXT_POST_COMPACT, CONTEXT_PRE_COMPACT
 from ..kernel._foreign import plain_message
-from ._messages import copy_message, estimate_tokens
+from ._messages import copy_message, estimate_tokens, hand_out
 from .compaction import Estimator, _compact
 
 if TYPE_CHECKING:
@@ -70,6 +70,8 @@ class SimpleContextManager:
         self.hooks = hooks
         self._messages: list[dict[str, Any]] = []
         self._costs: list[int] = []
+        # one slot per stored message for its converted Message (see _messages.hand_out)
+        self._slots: list[list[Any]] = []
         self._total = 0
 
     @property
@@ -114,8 +116,9 @@ class SimpleContextManager:
         budget = self.resolve_budget(token_budget, provider)
         # a snapshot: emitting events awaits, and other tasks may add messages meanwhile
         messages, costs, total = list(self._messages), list(self._costs), self._total
+        slots = self._slots  # replaced, never changed in place, by set_messages / clear
         if total <= self.compaction_threshold * budget:
-            return [copy_message(message) for message in messages]
+            return hand_out(messages, slots[: len(messages)])
         target = int(budget * self.target_usage)
         await self._emit(
             CONTEXT_PRE_COMPACT,
@@ -138,7 +141,8 @@ class SimpleContextManager:
                 "target": target,
             },
         )
-        return [copy_message(message) for message in outcome.messages]
+        by_id = {id(message): slot for message, slot in zip(messages, slots, strict=False)}
+        return hand_out(outcome.messages, [by_id.get(id(m), []) for m in outcome.messages])
 
     async def should_compact(self) -> bool:
         """Whether the stored history needs compacting: never (amplifier-core's protocol).
@@ -196,11 +200,13 @@ class SimpleContextManager:
     def _append(self, stored: dict[str, Any], cost: int) -> None:
         self._messages.append(stored)
         self._costs.append(cost)
+        self._slots.append([])
         self._total += cost
 
     def _replace(self, prepared: list[tuple[dict[str, Any], int]]) -> None:
         self._messages = [stored for stored, _ in prepared]
         self._costs = [cost for _, cost in prepared]
+        self._slots = [[] for _ in prepared]
         self._total = sum(self._costs)
 
     async def _ready(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..contexts._messages import cached_model
 from ..errors import ConfigError, LLMError
 from ..kernel._foreign import plain_message
 from ..kernel._foreign import tool_calls_of as foreign_tool_calls
@@ -114,13 +115,24 @@ def _normalise(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "tool_calls": fixed}
 
 
+def _model(message: dict[str, Any]) -> Message:
+    """The Message of a context dict, reusing the one a context cached for its copy."""
+    slot, model = cached_model(message)
+    if model is not None:
+        return model  # type: ignore[no-any-return]
+    converted = structure(_normalise(message), Message)
+    if slot is not None:
+        slot.append(converted)
+    return converted
+
+
 def build_request(
     messages: Sequence[dict[str, Any]],
     tools: Mapping[str, Any] | None,
     **options: Any,
 ) -> ChatRequest:
     """A ChatRequest from context dicts and mounted tools (``None``: no tools offered)."""
-    structured = [structure(_normalise(m), Message) for m in messages]
+    structured = [_model(m) for m in messages]
     specs = None
     if tools:
         specs = [
