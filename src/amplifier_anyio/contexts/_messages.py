@@ -126,23 +126,39 @@ _handed: dict[int, tuple[dict[str, Any], dict[str, Any], list[Any]]] = {}
 
 
 def hand_out(stored: list[dict[str, Any]], slots: list[list[Any]]) -> list[dict[str, Any]]:
-    """Copies of ``stored`` for a request, registered with their slots (see above)."""
+    """Copies of ``stored`` for a request, registered with their slots (see above).
+
+    A slot holds ``[stored message, model]`` once filled, so a slot paired with another
+    message (a subclass that keeps its own list) is never believed; slots of another
+    length than ``stored`` are not used at all.
+    """
     global _handed  # noqa: PLW0603 - the registry of the latest view only
     copies = [copy_message(message) for message in stored]
     # A new registry per view: the previous view's copies are released; a view of another
     # context being converted meanwhile only misses the cache.
-    _handed = {
-        id(copy): (copy, message, slot)
-        for copy, message, slot in zip(copies, stored, slots, strict=True)
-    }
+    _handed = (
+        {
+            id(copy): (copy, message, slot)
+            for copy, message, slot in zip(copies, stored, slots, strict=True)
+        }
+        if len(slots) == len(stored)
+        else {}
+    )
     return copies
 
 
-def cached_model(message: dict[str, Any]) -> tuple[list[Any] | None, Any]:
-    """``(slot, model)`` for a handed-out copy: the model None until the slot is filled;
-    ``(None, None)`` for any other message or a copy changed since it was handed out."""
+def cached_model(message: dict[str, Any]) -> tuple[Any, Any]:
+    """``(fill, model)`` for a message given to a request: ``model`` is the cached one or
+    None; ``fill(model)`` caches a fresh one (None when the message is not a handed-out
+    copy still equal to its stored message)."""
     entry = _handed.get(id(message))
     if entry is None or entry[0] is not message or message != entry[1]:
         return None, None
-    slot = entry[2]
-    return slot, slot[0] if slot else None
+    stored, slot = entry[1], entry[2]
+    if slot and slot[0] is stored:
+        return None, slot[1]
+
+    def fill(model: Any) -> None:
+        slot[:] = [stored, model]
+
+    return fill, None

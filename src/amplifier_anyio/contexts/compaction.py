@@ -89,6 +89,8 @@ class _Outcome:
     dropped: int
     tokens: int
     protected_tokens: int
+    kept: list[int] | None = None
+    """The indices of the history's messages in ``messages`` (None: all of them)."""
 
 
 def _compact(
@@ -189,11 +191,13 @@ def _assemble(
     protected_tokens: int,
 ) -> _Outcome:
     view: list[dict[str, Any]] = []
+    indices: list[int] = []
     tokens = 0
     last_dropped = -1
     for index, message in enumerate(messages):
         if units[index] in kept:
             view.append(message)
+            indices.append(index)
             tokens += costs[index]
         else:
             last_dropped = index
@@ -205,7 +209,11 @@ def _assemble(
             view.insert(_notice_position(units, kept, last_dropped), notice)
             tokens += notice_cost
     return _Outcome(
-        messages=view, dropped=dropped, tokens=tokens, protected_tokens=protected_tokens
+        messages=view,
+        dropped=dropped,
+        tokens=tokens,
+        protected_tokens=protected_tokens,
+        kept=indices,
     )
 
 

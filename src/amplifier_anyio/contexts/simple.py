@@ -118,7 +118,7 @@ class SimpleContextManager:
         messages, costs, total = list(self._messages), list(self._costs), self._total
         slots = self._slots  # replaced, never changed in place, by set_messages / clear
         if total <= self.compaction_threshold * budget:
-            return hand_out(messages, slots[: len(messages)])
+            return hand_out(messages, slots[: len(messages)])  # unused if the lengths differ
         target = int(budget * self.target_usage)
         await self._emit(
             CONTEXT_PRE_COMPACT,
@@ -141,7 +141,10 @@ class SimpleContextManager:
                 "target": target,
             },
         )
-        by_id = {id(message): slot for message, slot in zip(messages, slots, strict=False)}
+        if outcome.kept is None or len(slots) < len(messages):
+            return [copy_message(message) for message in outcome.messages]
+        # the view's own slots: the kept messages' (in order), a fresh one for the notice
+        by_id = {id(messages[index]): slots[index] for index in outcome.kept}
         return hand_out(outcome.messages, [by_id.get(id(m), []) for m in outcome.messages])
 
     async def should_compact(self) -> bool:

@@ -117,12 +117,12 @@ def _normalise(message: dict[str, Any]) -> dict[str, Any]:
 
 def _model(message: dict[str, Any]) -> Message:
     """The Message of a context dict, reusing the one a context cached for its copy."""
-    slot, model = cached_model(message)
+    fill, model = cached_model(message)
     if model is not None:
         return model  # type: ignore[no-any-return]
     converted = structure(_normalise(message), Message)
-    if slot is not None:
-        slot.append(converted)
+    if fill is not None:
+        fill(converted)
     return converted
 
 
