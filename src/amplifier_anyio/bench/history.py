@@ -75,6 +75,7 @@ async def _request_case(
     per_message = max(probe.token_estimate // 100, 1)
     context = _context(compaction, per_message)
     await context.set_messages(history[:size])
+    await request_cost(context)  # untimed: as in a running agent, not its first request
     times, sent = [], 0
     for _ in range(repeats):
         gc.collect()
