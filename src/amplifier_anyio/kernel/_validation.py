@@ -161,7 +161,8 @@ def _unknown_keys(plan: MountPlan) -> list[str]:
         for key in ("orchestrator", "context", "executor"):
             entry = session.get(key)
             if isinstance(entry, Mapping):
-                found += [f"session.{key}: unknown key {k!r}" for k in entry if k not in _ENTRY_KEYS]
+                where = f"session.{key}"
+                found += [f"{where}: unknown key {k!r}" for k in entry if k not in _ENTRY_KEYS]
     for key in ("orchestrator", "context"):
         table = raw.get(key)
         if isinstance(table, Mapping):
