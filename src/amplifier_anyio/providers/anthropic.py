@@ -3,12 +3,15 @@
 System and developer messages become the top-level ``system`` prompt; assistant tool
 calls become ``tool_use`` blocks; consecutive tool results become ``tool_result`` blocks
 of one user message, in call order; thinking blocks travel back with their ``signature``
-unchanged (redacted thinking as is). ``base_url`` is the API root without ``/v1``, as the
-official SDK takes it.
+unchanged (redacted thinking as is). Blocks we do not interpret — server tools'
+``server_tool_use`` / ``web_search_tool_result`` and the like — are kept verbatim as
+``ProviderBlock`` and sent back unchanged, in place (a ``pause_turn`` continuation needs
+them). ``base_url`` is the API root without ``/v1``, as the official SDK takes it.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final
@@ -24,6 +27,7 @@ from ..models import (
     ImageBlock,
     Message,
     ModelInfo,
+    ProviderBlock,
     ProviderInfo,
     RedactedThinkingBlock,
     TextBlock,
@@ -318,7 +322,8 @@ def _user_blocks(content: str | list[ContentBlock]) -> list[dict[str, Any]]:
 
 
 def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
-    """Thinking (signed) and redacted thinking first as given, text, then tool_use."""
+    """The blocks in their order: thinking (signed), redacted thinking, text, server-tool
+    blocks (verbatim) and tool_use; then calls only in ``tool_calls``."""
     blocks: list[dict[str, Any]] = []
     seen: set[str] = set()
     content = (
@@ -333,6 +338,8 @@ def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
             blocks.append({"type": "redacted_thinking", "data": block.data})
         elif isinstance(block, TextBlock) and block.text:
             blocks.append({"type": "text", "text": block.text})
+        elif isinstance(block, ProviderBlock) and block.provider == _SPEC.id:
+            blocks.append(copy.deepcopy(block.data))  # verbatim; cache_control may be added
         elif isinstance(block, ToolCallBlock) and block.id not in seen:
             seen.add(block.id)
             blocks.append(_tool_use(block.id, block.name, block.input))
@@ -403,7 +410,7 @@ def parse_message(body: Mapping[str, Any]) -> ChatResponse:
     raw_content = body.get("content") or []
     if not isinstance(raw_content, list):
         raise TypeError(f"content is {type(raw_content).__name__}, not a list")
-    content = [block for raw in raw_content if (block := _block(raw)) is not None]
+    content = [_block(raw) for raw in raw_content]
     stop_reason = body.get("stop_reason")
     text_field(stop_reason, "stop_reason")
     content = _mark_truncated(content, stop_reason, None)
@@ -438,7 +445,7 @@ def _mark_truncated(
     return [*content[:-1], marked]
 
 
-def _block(raw: Mapping[str, Any]) -> ContentBlock | None:
+def _block(raw: Mapping[str, Any]) -> ContentBlock:
     kind = raw.get("type")
     if kind == "text":
         return TextBlock(text=text_field(raw.get("text"), "a text block"))
@@ -460,7 +467,11 @@ def _block(raw: Mapping[str, Any]) -> ContentBlock | None:
             name=text_field(raw.get("name"), "a tool_use name"),
             input=raw_input or {},
         )
-    return None  # server tools and future block types are not ours to interpret
+    if not isinstance(kind, str):
+        raise TypeError(f"a content block's type is {type(kind).__name__}, not a string")
+    # server tools (server_tool_use, web_search_tool_result…) and future block types are
+    # not ours to interpret: kept verbatim, sent back unchanged
+    return ProviderBlock(provider=_SPEC.id, data=dict(raw))
 
 
 def parse_usage(usage: Mapping[str, Any] | None) -> Usage | None:
@@ -570,11 +581,12 @@ class _StreamState:
             part = delta.get("partial_json", "")
             self.json_parts.setdefault(index, []).append(part)
             if part:
+                kind = str(self.blocks[index].get("type"))
                 return [
                     {
                         "type": "content_block:delta",
                         "index": index,
-                        "block_type": "tool_call",
+                        "block_type": _KINDS.get(kind, kind),
                         "delta": part,
                     }
                 ]
@@ -598,9 +610,9 @@ class _StreamState:
             raw["input"] = (
                 decode_tool_arguments(self.last_json) if parts else raw.get("input") or {}
             )
+        elif self.json_parts.get(index):  # a server tool's input, streamed as JSON
+            raw["input"] = json.loads("".join(self.json_parts[index]))
         block = _block(raw)
-        if block is None:
-            return []
         self.finished.append(block)
         return [{"type": "content_block:end", "index": index, "block": block}]
 
