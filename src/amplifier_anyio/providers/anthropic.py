@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final
 
+import attrs
 import httpx
 
 from ..config_schema import ConfigSchema, Setting
@@ -71,8 +74,13 @@ __all__ = (
     "DEFAULT_BASE_URL",
     "DEFAULT_MODEL",
     "API_VERSION",
+    "ApiVersion",
+    "API_VERSIONS",
+    "api_version",
     "CONFIG_SCHEMA",
 )
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 DEFAULT_MODEL: Final = "claude-sonnet-4-5"
@@ -92,6 +100,50 @@ _SPEC: Final = ProviderSpec(
 _DEFAULT_THINKING_BUDGET: Final = 10_000
 _MIN_THINKING_BUDGET: Final = 1_024  # the API's floor for budget_tokens
 _EPHEMERAL: Final = {"type": "ephemeral"}
+
+
+@attrs.frozen(kw_only=True)
+class ApiVersion:
+    """What requests sent under one ``anthropic-version`` may contain."""
+
+    version: str
+    sampling_together: bool
+    """``temperature`` and ``top_p`` in one request; when not, only ``temperature`` goes."""
+
+
+API_VERSIONS: Final[Mapping[str, ApiVersion]] = {
+    "2023-06-01": ApiVersion(version="2023-06-01", sampling_together=True),
+}
+"""The ``anthropic-version`` values we know, and what each accepts.
+
+``2023-06-01`` (the named-event stream format our decoder reads) is the oldest we can talk
+to. A later, unknown version gets the shape the newest API accepts: ``temperature`` or
+``top_p``, never both (the newest SDK's version no longer accepts them together).
+"""
+
+_NEWER: Final = ApiVersion(version="newer", sampling_together=False)
+_DATE: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def api_version(version: str) -> ApiVersion:
+    """The capabilities of ``version`` (a ``YYYY-MM-DD`` date); ``ConfigError`` for a
+    malformed one or one older than every version we can talk to."""
+    if version in API_VERSIONS:
+        return API_VERSIONS[version]
+    if not _DATE.fullmatch(version):
+        msg = f"anthropic_version: expected a date YYYY-MM-DD, got {version!r}"
+        raise ConfigError(msg)
+    oldest = min(API_VERSIONS)
+    if version < oldest:
+        msg = (
+            f"anthropic_version: {version!r} is older than {oldest}, the first version whose "
+            "Messages stream format this provider reads"
+        )
+        raise ConfigError(msg)
+    newest = max(API_VERSIONS)
+    if version < newest:  # between two known versions: the older one's rules apply
+        return API_VERSIONS[max(v for v in API_VERSIONS if v < version)]
+    return attrs.evolve(_NEWER, version=version)
 
 
 class AnthropicProvider(HTTPProvider):
@@ -129,6 +181,7 @@ class AnthropicProvider(HTTPProvider):
             raise ConfigError(msg)
         self.prompt_caching = bool(cfg.get("prompt_caching", True))
         version = header_value(cfg.get("anthropic_version") or API_VERSION, "anthropic_version")
+        self.api_version = api_version(version)
         headers = {"accept": "application/json", "anthropic-version": version}
         if settings.api_key:
             headers["x-api-key"] = settings.api_key
@@ -226,7 +279,15 @@ class AnthropicProvider(HTTPProvider):
             if temperature is not None:
                 payload["temperature"] = temperature
             if request.top_p is not None:
-                payload["top_p"] = request.top_p
+                if "temperature" not in payload or self.api_version.sampling_together:
+                    payload["top_p"] = request.top_p
+                else:
+                    _log.debug(
+                        "%s: top_p not sent: anthropic-version %s takes temperature or top_p, "
+                        "not both",
+                        self._name,
+                        self.api_version.version,
+                    )
         if request.stop:
             payload["stop_sequences"] = request.stop
         if self.prompt_caching:
