@@ -43,6 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from amplifier_anyio import AmplifierSession, TurnStatus
@@ -191,6 +192,15 @@ async def open_session(kind: str, url: str, orchestrator: str, tools: tuple[Tool
         yield session, recorder
 
 
+async def served(url: str, count: int) -> list[tuple[str, str, bool]]:
+    """(api, matched rule, streamed) of the server's last ``count`` requests, oldest first
+    (from fakellm's own record; the tests of this module run one after the other)."""
+    async with httpx.AsyncClient() as client:
+        stats = (await client.get(f"{url}/_fakellm/stats")).json()
+    recent = stats["recent"][:count]
+    return [(r["api"], r["matched_rule"], r["stream"]) for r in reversed(recent)]
+
+
 def prompt(tag: str) -> str:
     return f"{tag} What is the weather and the time in Paris? ({uuid.uuid4().hex})"
 
@@ -219,6 +229,11 @@ async def test_parallel_tool_calls_round_trip(
     assert [c["name"] for c in calls] == ["get_weather", "get_time"]
     results = [m for m in messages if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in results] == [c["id"] for c in calls]
+    streamed = orchestrator == "loop-streaming"
+    assert await served(fakellm_url, 2) == [
+        (kind, "parallel_calls", streamed),
+        (kind, "parallel_results", streamed),
+    ]
 
 
 @pytest.mark.parametrize("kind", PROVIDERS)
@@ -232,3 +247,7 @@ async def test_a_429_is_retried_and_the_turn_succeeds(fakellm_url: str, kind: st
     assert [(r["attempt"], r["status_code"]) for r in retries] == [(1, 429)]
     assert retries[0]["error"]["type"] == "RateLimitError"
     assert "Rate limit exceeded (mock)" in retries[0]["error"]["msg"]
+    assert await served(fakellm_url, 2) == [
+        (kind, "rate_limited", False),
+        (kind, "after_rate_limit", False),
+    ]
