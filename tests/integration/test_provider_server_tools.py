@@ -20,6 +20,8 @@ from amplifier_anyio import AmplifierSession, TurnStatus
 from amplifier_anyio.events import CONTENT_BLOCK_END
 from amplifier_anyio.models import ProviderBlock, structure
 from amplifier_anyio.providers.anthropic import AnthropicProvider
+from amplifier_anyio.providers.anthropic import to_wire_messages as anthropic_wire
+from amplifier_anyio.providers.openai import to_wire_messages as openai_wire
 from amplifier_anyio.testing import EventRecorder
 
 pytestmark = pytest.mark.anyio
@@ -159,3 +161,22 @@ async def test_pause_turn_sends_the_server_tool_blocks_back_unchanged(orchestrat
         ended = [p["block"] for _, p in recorder.get_events(CONTENT_BLOCK_END)]
         assert [b["type"] for b in ended[:3]] == ["text", "provider_block", "provider_block"]
         assert ended[1]["data"]["input"] == SEARCH_INPUT  # assembled from the JSON deltas
+
+
+def test_a_provider_block_goes_only_to_its_own_provider() -> None:
+    """A conversation moved to another provider: OpenAI never gets Anthropic's blocks, and
+    Anthropic never gets a block recorded for another provider."""
+    paused = {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Let me search for that."},
+            *({"type": "provider_block", "provider": "anthropic", "data": b} for b in PAUSED[1:]),
+            {"type": "provider_block", "provider": "other", "data": {"type": "x_result"}},
+        ],
+    }
+    assert openai_wire([{"role": "user", "content": PROMPT}, paused])[1] == {
+        "role": "assistant",
+        "content": "Let me search for that.",
+    }
+    _, wire = anthropic_wire([{"role": "user", "content": PROMPT}, paused])
+    assert wire[1]["content"] == PAUSED  # the other provider's block is not sent
