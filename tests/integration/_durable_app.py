@@ -119,10 +119,20 @@ def plan(transcript: Path) -> dict[str, Any]:
 
 
 async def open_session(
-    transcript: Path, side_effects: Path, **kwargs: Any
+    transcript: Path,
+    side_effects: Path,
+    *,
+    hooks: list[dict[str, Any]] | None = None,
+    context: str = "context-persistent",
+    **kwargs: Any,
 ) -> tuple[AmplifierSession, ScriptedProvider]:
-    """A session (not yet entered) whose tools and model are mounted on initialisation."""
-    session = AmplifierSession(plan(transcript), **kwargs)
+    """An initialised session with the app's model and tools mounted (``async with`` it)."""
+    mount_plan = plan(transcript)
+    if hooks:
+        mount_plan["hooks"] = hooks
+    if context != "context-persistent":
+        mount_plan["session"]["context"] = context
+    session = AmplifierSession(mount_plan, **kwargs)
     provider = ScriptedProvider(brain)
     await session.initialize()
     await session.coordinator.mount("providers", provider, name="scripted")

@@ -46,6 +46,8 @@ __all__ = (
     "owners",
     "finished_result",
     "pending_of",
+    "ResumeWork",
+    "resume_work",
     "arguments_hash",
     "idempotency_key",
     "pending_result",
@@ -307,14 +309,70 @@ def placeholders(messages: list[dict[str, Any]]) -> list[tuple[int, dict[str, An
 
 
 def pending_of(
-    messages: list[dict[str, Any]], states: Mapping[tuple[int, str], CallState]
+    messages: list[dict[str, Any]],
+    states: Mapping[tuple[int, str], CallState],
+    *,
+    undecided: bool = False,
 ) -> list[PendingApproval]:
-    """The tail batch's calls that wait for an approval (decided ones included)."""
+    """The tail batch's calls held for an approval (only those without a decision yet
+    when ``undecided``)."""
     pending = []
     for at, message in placeholders(messages):
         if not (message.get("metadata") or {}).get("pending_approval"):
             continue
         state = states.get((at, str(message.get("tool_call_id"))))
-        if state is not None and state.deferred is not None:
+        if state is None or state.deferred is None:
+            continue
+        if not (undecided and state.decision is not None):
             pending.append(state.deferred)
     return pending
+
+
+@attrs.frozen(kw_only=True)
+class ResumeWork:
+    """What ``session.resume()`` has to do with the tail batch of a history."""
+
+    assistant: dict[str, Any] | None
+    """The assistant message whose calls are held (None: nothing held)."""
+    run: tuple[str, ...] = ()
+    """Call ids to run: idempotent calls a crash interrupted, and allowed calls."""
+    approved: frozenset[str] = frozenset()
+    """Of ``run``, the calls someone allowed."""
+    denied: dict[str, str] = attrs.field(factory=dict)
+    """Call id → prompt of the calls someone denied."""
+    waiting: tuple[PendingApproval, ...] = ()
+    """Calls still without a decision."""
+
+
+def resume_work(
+    messages: list[dict[str, Any]], states: Mapping[tuple[int, str], CallState]
+) -> ResumeWork:
+    """What resuming the tail batch of ``messages`` involves."""
+    index = tail_batch(messages)
+    if index is None:
+        return ResumeWork(assistant=None)
+    run: list[str] = []
+    approved: set[str] = set()
+    denied: dict[str, str] = {}
+    waiting: list[PendingApproval] = []
+    for at, message in placeholders(messages):
+        call_id = str(message.get("tool_call_id"))
+        state = states.get((at, call_id))
+        if (message.get("metadata") or {}).get("resumable"):
+            run.append(call_id)
+        elif state is None or state.deferred is None:
+            continue  # a placeholder the journal no longer knows: it stays as it is
+        elif state.decision == "allow":
+            run.append(call_id)
+            approved.add(call_id)
+        elif state.decision == "deny":
+            denied[call_id] = state.deferred.prompt
+        else:
+            waiting.append(state.deferred)
+    return ResumeWork(
+        assistant=dict(messages[index]),
+        run=tuple(run),
+        approved=frozenset(approved),
+        denied=denied,
+        waiting=tuple(waiting),
+    )

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
-import attrs
 
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError
 from ..kernel._turns import PendingApproval
 from . import _journal, _jsonl
+from ._journal import ResumeWork
 from ._jsonl import ContextFileError
 from ._messages import calls, result_ids
 from .compaction import Estimator
@@ -73,22 +73,6 @@ def journal_path_for(path: str | os.PathLike[str]) -> Path:
     """The tool-call journal beside a messages file: ``<stem>.journal.jsonl``."""
     path = Path(path)
     return path.with_name(f"{path.stem}.journal.jsonl")
-
-
-@attrs.frozen(kw_only=True)
-class ResumeWork:
-    """What ``session.resume()`` has to do with the tail batch of a history."""
-
-    assistant: dict[str, Any] | None
-    """The assistant message whose calls are held (None: nothing held)."""
-    run: tuple[str, ...] = ()
-    """Call ids to run: idempotent calls a crash interrupted, and allowed calls."""
-    approved: frozenset[str] = frozenset()
-    """Of ``run``, the calls someone allowed."""
-    denied: dict[str, str] = attrs.field(factory=dict)
-    """Call id → prompt of the calls someone denied."""
-    waiting: tuple[PendingApproval, ...] = ()
-    """Calls still without a decision."""
 
 
 def interrupted_result(call_id: str, name: str) -> dict[str, Any]:
@@ -355,7 +339,7 @@ class PersistentContextManager(SimpleContextManager):
         neither allow nor deny; then nothing is recorded.
         """
         await self._ready()
-        pending = {p.call_id for p in self.pending_approvals()}
+        pending = {p.call_id for p in _journal.pending_of(self._messages, self._states)}
         records = []
         for call_id, decision in approvals.items():
             if call_id not in pending:
@@ -372,40 +356,13 @@ class PersistentContextManager(SimpleContextManager):
             await self._journal_append(record)
 
     def pending_approvals(self) -> list[PendingApproval]:
-        """The calls of the last tool batch that wait for an approval (after a load)."""
-        return _journal.pending_of(self._messages, self._states)
+        """The calls of the last tool batch that wait for a decision (after a load)."""
+        return _journal.pending_of(self._messages, self._states, undecided=True)
 
     async def resume_work(self) -> ResumeWork:
         """What resuming the last tool batch involves (see :class:`ResumeWork`)."""
         await self._ready()
-        index = _journal.tail_batch(self._messages)
-        if index is None:
-            return ResumeWork(assistant=None)
-        run: list[str] = []
-        approved: set[str] = set()
-        denied: dict[str, str] = {}
-        waiting: list[PendingApproval] = []
-        for at, message in _journal.placeholders(self._messages):
-            call_id = str(message.get("tool_call_id"))
-            state = self._states.get((at, call_id))
-            if (message.get("metadata") or {}).get("resumable"):
-                run.append(call_id)
-            elif state is None or state.deferred is None:
-                continue  # a placeholder the journal no longer knows: it stays as it is
-            elif state.decision == "allow":
-                run.append(call_id)
-                approved.add(call_id)
-            elif state.decision == "deny":
-                denied[call_id] = state.deferred.prompt
-            else:
-                waiting.append(state.deferred)
-        return ResumeWork(
-            assistant=dict(self._messages[index]),
-            run=tuple(run),
-            approved=frozenset(approved),
-            denied=denied,
-            waiting=tuple(waiting),
-        )
+        return _journal.resume_work(self._messages, self._states)
 
     async def replace_results(self, messages: list[dict[str, Any]]) -> None:
         """Put ``messages`` (tool results) in place of the placeholders of their calls, in
