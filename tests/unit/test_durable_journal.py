@@ -215,3 +215,12 @@ async def test_a_context_without_a_journal_gives_no_key() -> None:
     await batch.run(SimpleContextManager(), assistant("a"))
     assert seen[0] is not None
     assert seen[0].idempotency_key is None
+
+
+async def test_a_transcript_without_tool_calls_gets_no_journal_file(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    manager = PersistentContextManager(path)
+    await manager.add_message(USER)
+    _, messages = await reloaded(path)
+    assert messages == [USER]
+    assert [entry.name async for entry in anyio.Path(tmp_path).iterdir()] == ["t.jsonl"]

@@ -430,7 +430,7 @@ def _load(
     kept = [r for r in records if (r.get("at"), r.get("call_id")) in held]
     if not kept and raw:
         _unlink(journal)
-    elif len(kept) != len(records) or not raw.endswith(b"\n"):
+    elif raw and (len(kept) != len(records) or not raw.endswith(b"\n")):
         _jsonl.rewrite(journal, [_jsonl.encode(record) for record in kept])
     return repaired, [estimator(message) for message in repaired], closed, kept
 
