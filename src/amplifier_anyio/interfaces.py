@@ -94,7 +94,12 @@ class StreamingProvider(Provider, Protocol):
 
 
 class Tool(Protocol):
-    """A capability the model can call. ``execute`` may also be a plain function."""
+    """A capability the model can call. ``execute`` may also be a plain function.
+
+    A tool whose calls are safe to run twice may say so with a class attribute
+    ``idempotent = True``: after a crash, a call of it that was running is run again by
+    ``session.resume()`` instead of being answered as interrupted (``docs/durable.md``).
+    """
 
     @property
     def name(self) -> str: ...
