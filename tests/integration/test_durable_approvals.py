@@ -20,7 +20,7 @@ import anyio.to_thread
 import pytest
 
 from amplifier_anyio import ApprovalDeferred, SessionError, TurnStatus
-from amplifier_anyio.contexts import approve, pending_approvals
+from amplifier_anyio.contexts import PersistentContextManager, approve, pending_approvals
 from amplifier_anyio.contexts.persistent import journal_path_for
 from amplifier_anyio.hooks.approval import ApprovalRequest, CallbackApprovalSystem
 
@@ -193,3 +193,32 @@ async def test_without_a_journaling_context_a_deferral_is_a_denial(tmp_path: Pat
     assert "the context cannot hold the call" in result.text
     assert "c1-1" not in runs(side_effects)
     assert isinstance(ApprovalDeferred("x"), Exception)
+
+
+async def test_resume_continues_a_turn_a_crash_left_in_its_tool_batch(tmp_path: Path) -> None:
+    """The transcript a process killed mid-batch leaves: c1-0 finished (its result only in
+    the journal), c1-1 running, c1-2 (idempotent) running."""
+    transcript, side_effects = files(tmp_path)
+    crashed = PersistentContextManager(transcript)
+    await crashed.add_message({"role": "user", "content": "hello"})
+    calls = [
+        {"id": f"c1-{j}", "name": name, "arguments": {"tag": f"1-{j}"}}
+        for j, name in enumerate(["append", "append", "append_once"])
+    ]
+    await crashed.add_message({"role": "assistant", "content": "", "tool_calls": calls})
+    await crashed.journal_started("c1-0", "append", {"tag": "1-0"})
+    await crashed.journal_finished("c1-0", "ok c1-0")
+    await crashed.journal_started("c1-1", "append", {"tag": "1-1"})
+    await crashed.journal_started("c1-2", "append_once", {"tag": "1-2"}, idempotent=True)
+    del crashed
+
+    session, provider = await app.open_session(transcript, side_effects, is_resumed=True)
+    async with session:
+        result = await session.resume()
+    assert result.status is TurnStatus.SUCCESS
+    assert len(provider.requests) == 1
+    first, second, third = result.text.removeprefix("answer: ").split(" | ")
+    assert first == "ok c1-0"  # from the journal: not run again
+    assert json.loads(second)["interrupted"] is True  # was running, not idempotent: not again
+    assert third.startswith("ok c1-2 ")  # idempotent: run again by the resume
+    assert runs(side_effects) == ["c1-2"]
