@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
+from amplifier_anyio import ApprovalDeferred
 from amplifier_anyio.contexts import PersistentContextManager, SimpleContextManager, _jsonl
 from amplifier_anyio.contexts.persistent import journal_path_for
 from amplifier_anyio.kernel import HookRegistry, ToolCallContext, current_tool_call
@@ -224,3 +226,35 @@ async def test_a_transcript_without_tool_calls_gets_no_journal_file(tmp_path: Pa
     _, messages = await reloaded(path)
     assert messages == [USER]
     assert [entry.name async for entry in anyio.Path(tmp_path).iterdir()] == ["t.jsonl"]
+
+
+async def test_a_deferral_that_cannot_be_journaled_is_that_calls_error(tmp_path: Path) -> None:
+    class Broken(PersistentContextManager):
+        async def journal_deferred(self, *args: Any, **kwargs: Any) -> None:
+            raise OSError("disk full")
+
+    class Guarded:
+        name = "guarded"
+
+        async def execute(self, tool_input: dict[str, Any]) -> str:
+            raise ApprovalDeferred("may I?")
+
+    class Work:
+        name = "work"
+
+        async def execute(self, tool_input: dict[str, Any]) -> str:
+            await anyio.lowlevel.checkpoint()
+            return "worked"
+
+    context = Broken(tmp_path / "t.jsonl")
+    await context.add_message(USER)
+    calls = [ToolCall(id="a", name="guarded"), ToolCall(id="b", name="work")]
+    batch = ToolBatch(
+        calls=calls, tools={"guarded": Guarded(), "work": Work()}, hooks=HookRegistry()
+    )
+    await batch.run(context, assistant("a", "b"))
+    contents = batch.contents()
+    assert "holding the call failed: OSError: disk full" in (contents[0] or "")
+    assert contents[1] == "worked"  # the sibling is untouched
+    assert batch.held == {}
+    assert context.pending_approvals() == []

@@ -445,15 +445,20 @@ class ToolBatch:
             )
             self.succeeded[index] = False
             return
+        problem = f"holding the call gave up after {self.config.write_timeout} s"
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.write_timeout):
-            await self._journal.journal_deferred(call.id, call.name, tool_input, prompt)
-            self._slots[index] = pending_result(call.id, call.name, prompt)["content"]
-            self.succeeded[index] = False
-            self.held[index] = PendingApproval(
-                call_id=call.id, tool=call.name, input=tool_input, prompt=prompt
-            )
-            return
-        await self._error(index, call, "ContextWriteError", "holding the call gave up")
+            try:
+                await self._journal.journal_deferred(call.id, call.name, tool_input, prompt)
+            except Exception as exc:  # noqa: BLE001 - this call's error result
+                problem = f"holding the call failed: {type(exc).__name__}: {exc}"
+            else:
+                self._slots[index] = pending_result(call.id, call.name, prompt)["content"]
+                self.succeeded[index] = False
+                self.held[index] = PendingApproval(
+                    call_id=call.id, tool=call.name, input=tool_input, prompt=prompt
+                )
+                return
+        await self._error(index, call, "ContextWriteError", problem)
 
     def _problem(self, problem: str) -> None:
         logger.error("%s", problem)
