@@ -17,7 +17,12 @@ import anyio.lowlevel
 import pytest
 
 from amplifier_anyio import ApprovalDeferred
-from amplifier_anyio.contexts import PersistentContextManager, SimpleContextManager, _jsonl
+from amplifier_anyio.contexts import (
+    PersistentContextManager,
+    SimpleContextManager,
+    _jsonl,
+    persistent,
+)
 from amplifier_anyio.contexts.persistent import journal_path_for
 from amplifier_anyio.kernel import HookRegistry, ToolCallContext, current_tool_call
 from amplifier_anyio.models import ToolCall
@@ -258,3 +263,25 @@ async def test_a_deferral_that_cannot_be_journaled_is_that_calls_error(tmp_path:
     assert contents[1] == "worked"  # the sibling is untouched
     assert batch.held == {}
     assert context.pending_approvals() == []
+
+
+async def test_a_long_lived_writer_keeps_its_journal_small(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(persistent, "JOURNAL_COMPACT_AT", 4)
+    path = tmp_path / "t.jsonl"
+    manager = PersistentContextManager(path)
+    sizes = []
+    for turn in range(5):
+        ids = [f"t{turn}-{j}" for j in range(3)]
+        await manager.add_message(USER)
+        await manager.add_message(assistant(*ids))
+        for call_id in ids:
+            await manager.journal_started(call_id, "work", {})
+            await manager.journal_finished(call_id, f"done {call_id}")
+        results = [{"role": "tool", "tool_call_id": i, "content": f"done {i}"} for i in ids]
+        await manager.add_messages(results)
+        sizes.append(journal_path_for(path).exists())
+    assert sizes == [False] * 5  # six records each batch: dropped once its results landed
+    _, messages = await reloaded(path)
+    assert len(messages) == 25

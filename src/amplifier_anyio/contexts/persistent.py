@@ -69,6 +69,11 @@ INTERRUPTED_ERROR = "Tool execution was interrupted"
 MODULE_ID = "context-persistent"
 
 
+JOURNAL_COMPACT_AT = 512
+"""Journal records after which a batch's results, once written, drop the journal (when no
+call waits for a resume)."""
+
+
 def journal_path_for(path: str | os.PathLike[str]) -> Path:
     """The tool-call journal beside a messages file: ``<stem>.journal.jsonl``."""
     path = Path(path)
@@ -212,6 +217,17 @@ class PersistentContextManager(SimpleContextManager):
             await self._append_locked(lines)
             for stored, cost in prepared:
                 self._append(stored, cost)
+        if len(self._records) >= JOURNAL_COMPACT_AT:
+            await self._compact_journal()
+
+    async def _compact_journal(self) -> None:
+        """Drop the journal once the history answers every call for good (its records are
+        then never read again): it stays small in a long-lived process too."""
+        async with self._journal_lock:
+            if self._journal_queue or _journal.placeholders(self._messages):
+                return
+            await anyio.to_thread.run_sync(_unlink, self.journal_path)
+            self._records, self._states, self._journal_undo = [], {}, None
 
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
         """Replace history and file, unless the history was loaded from the file."""
