@@ -272,7 +272,8 @@ class Turn:
             if self._held():
                 return None
         messages = await self.context.get_messages()
-        last = messages[-1] if messages else None
+        own = [m for m in messages if (m.get("metadata") or {}).get("source") != "hook"]
+        last = own[-1] if own else None
         if last is None or (last.get("role") == "assistant" and not last.get("tool_calls")):
             self.text = _text_of(last) if last is not None else ""
             return None  # nothing left to do: the history ends with the answer
