@@ -124,6 +124,7 @@ async def open_session(
     *,
     hooks: list[dict[str, Any]] | None = None,
     context: str = "context-persistent",
+    orchestrator: str = "loop-basic",
     **kwargs: Any,
 ) -> tuple[AmplifierSession, ScriptedProvider]:
     """An initialised session with the app's model and tools mounted (``async with`` it)."""
@@ -132,6 +133,7 @@ async def open_session(
         mount_plan["hooks"] = hooks
     if context != "context-persistent":
         mount_plan["session"]["context"] = context
+    mount_plan["session"]["orchestrator"] = orchestrator
     session = AmplifierSession(mount_plan, **kwargs)
     provider = ScriptedProvider(brain)
     await session.initialize()

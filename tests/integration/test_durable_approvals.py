@@ -44,9 +44,12 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "context-messages.jsonl", tmp_path / "side-effects.txt"
 
 
-async def test_a_deferred_call_pauses_the_turn_and_an_allow_runs_it_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("orchestrator", ["loop-basic", "loop-streaming", "loop-events"])
+async def test_a_deferred_call_pauses_the_turn_and_an_allow_runs_it_once(
+    tmp_path: Path, orchestrator: str
+) -> None:
     transcript, side_effects = files(tmp_path)
-    session, provider = await app.open_session(transcript, side_effects)
+    session, provider = await app.open_session(transcript, side_effects, orchestrator=orchestrator)
     async with session:
         held = await session.run("approve the plan")
         assert held.status is TurnStatus.AWAITING_APPROVAL
