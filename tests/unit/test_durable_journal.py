@@ -24,8 +24,14 @@ from amplifier_anyio.contexts import (
     persistent,
 )
 from amplifier_anyio.contexts.persistent import journal_path_for
-from amplifier_anyio.kernel import HookRegistry, ToolCallContext, current_tool_call
-from amplifier_anyio.models import ToolCall
+from amplifier_anyio.hooks.approval import CallbackApprovalSystem
+from amplifier_anyio.kernel import (
+    HookRegistry,
+    ModuleCoordinator,
+    ToolCallContext,
+    current_tool_call,
+)
+from amplifier_anyio.models import HookResult, ToolCall
 from amplifier_anyio.runtime import ToolBatch
 
 pytestmark = pytest.mark.anyio
@@ -285,3 +291,13 @@ async def test_a_long_lived_writer_keeps_its_journal_small(
     assert sizes == [False] * 5  # six records each batch: dropped once its results landed
     _, messages = await reloaded(path)
     assert len(messages) == 25
+
+
+async def test_defer_holds_only_a_tool_call_elsewhere_it_denies() -> None:
+    coordinator = ModuleCoordinator(approval_system=CallbackApprovalSystem(lambda _: "defer"))
+    ask = HookResult(action="ask_user", approval_prompt="may I?")
+    with pytest.raises(ApprovalDeferred) as raised:
+        await coordinator.process_hook_result(ask, "tool:pre", "hooks-approval")
+    assert raised.value.prompt == "may I?"
+    answer = await coordinator.process_hook_result(ask, "provider:request", "h")
+    assert answer.action == "deny"
