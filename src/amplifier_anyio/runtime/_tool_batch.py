@@ -349,16 +349,20 @@ class ToolBatch:
             elif problem is not None:
                 result = await self._error(index, call, "InvalidArgumentsError", problem)
             else:
-                key = await self._journal_start(call, tool, tool_input)
+                # no journal, no extra await: this is the hot path
+                key = None
+                if self._journal is not None:
+                    key = await self._journal_start(call, tool, tool_input)
                 result = await self._invoke(index, call, tool, tool_input, key)
             content = self._slots[index] = _content_of(result)
             self.succeeded[index] = result.success
-            if tool is not None and problem is None:
+            journaled = self._journal is not None and tool is not None and problem is None
+            if journaled:
                 await self._journal_finish(call, content, result.success)
             replaced = await self._post(index, call, tool_input, result)
             if replaced is not None:
                 self._slots[index] = replaced
-                if tool is not None and problem is None:
+                if journaled:
                     await self._journal_finish(call, replaced, result.success)
         except ApprovalDeferred as deferral:
             await self._hold_call(index, call, tool_input, deferral.prompt)
