@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .errors import (
     AmplifierError,
+    ApprovalDeferred,
     ConfigError,
     ContextWriteError,
     LLMError,
@@ -27,6 +28,7 @@ from .kernel import (
     ModuleLoader,
     ModuleSpec,
     MountPlan,
+    PendingApproval,
     SessionState,
     SessionStatus,
     ToolCallContext,
@@ -61,6 +63,7 @@ __all__ = (
     "SessionStatus",
     "TurnResult",
     "TurnStatus",
+    "PendingApproval",
     "MountPlan",
     "ModuleSpec",
     "validate_plan",
@@ -90,6 +93,7 @@ __all__ = (
     "AmplifierError",
     "ConfigError",
     "ContextWriteError",
+    "ApprovalDeferred",
     "ValidationError",
     "SessionError",
     "ModuleNotFoundError",
