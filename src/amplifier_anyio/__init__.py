@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .errors import (
         AmplifierError,
+        ApprovalDeferred,
         ConfigError,
         ContextWriteError,
         LLMError,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
         ModuleLoader,
         ModuleSpec,
         MountPlan,
+        PendingApproval,
         SessionState,
         SessionStatus,
         ToolCallContext,
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
 # stays cheap for a program that only needs, say, the models or the CLI's --help.
 _LAZY: dict[str, str] = {
     "AmplifierError": "errors",
+    "ApprovalDeferred": "errors",
     "ConfigError": "errors",
     "ContextWriteError": "errors",
     "LLMError": "errors",
@@ -74,6 +77,7 @@ _LAZY: dict[str, str] = {
     "ModuleLoader": "kernel",
     "ModuleSpec": "kernel",
     "MountPlan": "kernel",
+    "PendingApproval": "kernel",
     "SessionState": "kernel",
     "SessionStatus": "kernel",
     "ToolCallContext": "kernel",
@@ -121,6 +125,7 @@ __all__ = (
     "SessionStatus",
     "TurnResult",
     "TurnStatus",
+    "PendingApproval",
     "MountPlan",
     "ModuleSpec",
     "validate_plan",
@@ -150,6 +155,7 @@ __all__ = (
     "AmplifierError",
     "ConfigError",
     "ContextWriteError",
+    "ApprovalDeferred",
     "ValidationError",
     "SessionError",
     "ModuleNotFoundError",

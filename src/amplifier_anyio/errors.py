@@ -14,6 +14,7 @@ Hierarchy::
     ├── MountError (+ ValueError) ......... misuse of the coordinator's mount points
     ├── InjectionTooLargeError (+ ValueError)  a hook injection over the size limit
     ├── ApprovalTimeoutError .............. an approval system gave no answer in time
+    ├── ApprovalDeferred .................. a tool call put on hold until someone approves it
     ├── SessionError (+ RuntimeError) ..... a session used in the wrong state
     ├── MCPServerError .................... an MCP server (tool-mcp) could not be started
     ├── OrchestrationError ................ a lifecycle orchestration failed (stage, context, cause)
@@ -59,6 +60,7 @@ __all__ = (
     "ValidationError",
     "ContextFileError",
     "ContextWriteError",
+    "ApprovalDeferred",
     "ModuleNotFoundError",
     "ModuleLoadError",
     "ForeignModuleError",
@@ -169,6 +171,21 @@ class InjectionTooLargeError(AmplifierError, ValueError):
 
 class ApprovalTimeoutError(AmplifierError):
     """An approval system did not answer before its timeout."""
+
+
+class ApprovalDeferred(AmplifierError):  # noqa: N818 - a signal, not a failure
+    """A tool call is on hold until someone approves it (see ``docs/durable.md``).
+
+    Raised by a tool's ``execute`` (which then runs again, with
+    ``ToolCallContext.approved`` set, once the call is allowed), or by the coordinator
+    when the approval system answers ``"defer"`` to a ``tool:pre`` ``ask_user``. The tool
+    batch turns it into a pending approval: the turn finishes its other calls and ends
+    with status ``awaiting_approval``. ``prompt`` is the question to show the approver.
+    """
+
+    def __init__(self, prompt: str = "Allow this tool call?") -> None:
+        super().__init__(prompt)
+        self.prompt = prompt
 
 
 class ContextWriteError(AmplifierError):

@@ -33,6 +33,7 @@ __all__ = (
     "StreamingProvider",
     "Tool",
     "ContextManager",
+    "ToolJournal",
     "HookHandler",
     "ApprovalSystem",
     "DisplaySystem",
@@ -93,7 +94,12 @@ class StreamingProvider(Provider, Protocol):
 
 
 class Tool(Protocol):
-    """A capability the model can call. ``execute`` may also be a plain function."""
+    """A capability the model can call. ``execute`` may also be a plain function.
+
+    A tool whose calls are safe to run twice may say so with a class attribute
+    ``idempotent = True``: after a crash, a call of it that was running is run again by
+    ``session.resume()`` instead of being answered as interrupted (``docs/durable.md``).
+    """
 
     @property
     def name(self) -> str: ...
@@ -125,6 +131,30 @@ class ContextManager(Protocol):
     async def set_messages(self, messages: list[dict[str, Any]]) -> None: ...
 
     async def clear(self) -> None: ...
+
+
+class ToolJournal(Protocol):
+    """The optional protocol of a context that journals tool calls (context-persistent).
+
+    The tool batch looks for ``journal_started`` on its context; a context without it pays
+    nothing. ``journal_started`` is awaited (durably recorded) before the tool runs and
+    returns the call's idempotency key; ``journal_finished`` records the result as soon as
+    it exists; ``journal_deferred`` records a call held for an approval. After a crash the
+    context answers a finished call with its recorded result, never running it again.
+    See ``docs/durable.md``.
+    """
+
+    async def journal_started(
+        self, call_id: str, tool: str, arguments: Any, *, idempotent: bool = False
+    ) -> str: ...
+
+    async def journal_finished(
+        self, call_id: str, content: str, *, success: bool = True
+    ) -> None: ...
+
+    async def journal_deferred(
+        self, call_id: str, tool: str, tool_input: Any, prompt: str
+    ) -> None: ...
 
 
 class HookHandler(Protocol):

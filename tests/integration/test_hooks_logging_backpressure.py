@@ -7,14 +7,17 @@ the disk has written one line.
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
 from amplifier_anyio import AmplifierSession
-from amplifier_anyio.hooks.logging import EventLog, LoggingConfig
+from amplifier_anyio.hooks.logging import EventLog, JsonlFileSink, LoggingConfig
 from amplifier_anyio.models import ToolResult
 
 pytestmark = pytest.mark.anyio
@@ -114,3 +117,52 @@ async def test_ten_thousand_events_on_a_slow_disk_never_block_a_turn_beyond_the_
     kept = [r["event"] for r in sink.records if r["event"] != "hooks-logging:dropped"]
     assert kept[-1] == "session:end"
     assert sink.closed
+
+
+@pytest.mark.parametrize("real_backend", ["asyncio", "trio"])
+def test_the_real_file_sink_on_a_stalled_disk_never_blocks_the_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_backend: str
+) -> None:
+    """The shipped JSONL writer, its disk writes stalled (each batch waits on a gate the
+    test opens only after the turn): the turn still ends, what was kept reaches the file in
+    order once the disk is back, and the file ends with ``session:end``. Real clock and a
+    real worker thread, so checked by order, never by duration."""
+    gate = threading.Event()
+    original = JsonlFileSink._write_batch
+
+    def stalled(self: JsonlFileSink, records: list[dict[str, Any]]) -> None:
+        if not gate.wait(timeout=120):  # a safety limit only: the test opens the gate
+            raise TimeoutError("the test never opened the gate")
+        original(self, records)
+
+    monkeypatch.setattr(JsonlFileSink, "_write_batch", stalled)
+    path = tmp_path / "events.jsonl"
+    config = LoggingConfig(
+        session_log_template=str(path), buffer_size=50, max_block=0.05, flush_timeout=60, fsync=True
+    )
+
+    async def main() -> tuple[str, int]:
+        log = EventLog(config)
+        async with AmplifierSession(flood_plan()) as session:
+            await log.attach(session.coordinator)
+            await session.coordinator.mount("tools", FloodTool(session.coordinator.hooks, 2_000))
+            result = await session.run("flood")
+            on_disk = path.read_text("utf-8") if path.exists() else ""
+            assert "artifact:write" not in on_disk  # the whole turn ran with the disk stalled
+            gate.set()
+        return str(result.status), log.statistics().dropped
+
+    status, dropped = anyio.run(main, backend=real_backend)
+
+    assert status == "success"
+    assert dropped > 0
+    records = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+    floods = [r for r in records if r["event"] == "artifact:write"]
+    drop_lines = [r for r in records if r["event"] == "hooks-logging:dropped"]
+    assert (
+        len(floods) + sum(r["data"]["events"].get("artifact:write", 0) for r in drop_lines) == 2_000
+    )
+    indexes = [r["data"]["index"] for r in floods]
+    assert indexes == sorted(indexes)
+    kept = [r["event"] for r in records if r["event"] != "hooks-logging:dropped"]
+    assert kept[-1] == "session:end"

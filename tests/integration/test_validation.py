@@ -288,3 +288,55 @@ def test_run_strict_refuses_the_sloppy_plan_in_one_line(tmp_path: Path) -> None:
     [line] = result.stderr.splitlines()
     assert line.startswith("error: orchestrator 'loop-basic': loop-basic.turbo: unknown key")
     assert "provider-scripted.colour" in line
+
+
+TYPO_PLAN = {
+    "session": {"orchestrator": "loop-basic", "context": "context-simple", "contxt": 1},
+    "providers": [{"module": "provider-scripted", "confg": {"demo": True}}],
+    "tool": [{"module": "tool-demo"}],
+    "orchestrator": {"config": {}, "conifg": {}},
+}
+TYPOS = [
+    "unknown top-level key 'tool'",
+    "session: unknown key 'contxt'",
+    "orchestrator: unknown key 'conifg'",
+    "providers[0]: unknown key 'confg'",
+]
+
+
+async def test_keys_the_plan_does_not_define_are_reported_warnings_or_strict_errors() -> None:
+    lenient = await validate_plan(TYPO_PLAN)
+    assert lenient.ok
+    assert sorted(w for w in lenient.warnings if "unknown" in w) == sorted(TYPOS)
+
+    strict = await validate_plan(TYPO_PLAN, strict=True)
+    assert not strict.ok
+    assert sorted(e for e in strict.errors if "unknown" in e) == sorted(TYPOS)
+
+
+async def test_a_strict_session_refuses_a_plan_with_a_misspelt_key() -> None:
+    with pytest.raises(ConfigError, match="providers\\[0\\]: unknown key 'confg'"):
+        async with AmplifierSession(TYPO_PLAN, strict=True) as session:
+            await session.run("hi")
+
+
+async def test_an_upstream_mount_plan_has_no_unknown_keys() -> None:
+    plan = {
+        "session": {
+            "orchestrator": {"module": "loop-basic", "source": None, "config": {}},
+            "context": "context-simple",
+            "context_source": None,
+            "injection_budget_per_turn": 1000,
+            "injection_size_limit": 4000,
+            "metadata": {"app": "x"},
+        },
+        "context": {"config": {"max_tokens": 100000}},
+        "providers": [
+            {"module": "provider-scripted", "config": {"demo": True}, "instance_id": "a"}
+        ],
+        "tools": [{"module": "tool-demo", "optional": True}],
+        "hooks": [],
+        "agents": {"helper": {"session": {"orchestrator": "loop-basic"}}},
+    }
+    report = await validate_plan(plan, strict=True)
+    assert not [line for line in (*report.errors, *report.warnings) if "unknown" in line], report

@@ -27,6 +27,7 @@ MODEL_STRATEGIES: dict[str, tuple[Callable[[], SearchStrategy[Any]], type]] = {
     "tool_result_blocks": (ast.tool_result_blocks, m.ToolResultBlock),
     "image_blocks": (ast.image_blocks, m.ImageBlock),
     "reasoning_blocks": (ast.reasoning_blocks, m.ReasoningBlock),
+    "provider_blocks": (ast.provider_blocks, m.ProviderBlock),
     "tool_calls": (ast.tool_calls, m.ToolCall),
     "tool_specs": (ast.tool_specs, m.ToolSpec),
     "messages": (ast.messages, m.Message),

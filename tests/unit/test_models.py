@@ -20,6 +20,7 @@ from amplifier_anyio.models import (
     Message,
     ModelInfo,
     ModuleInfo,
+    ProviderBlock,
     ProviderInfo,
     ReasoningBlock,
     RedactedThinkingBlock,
@@ -291,6 +292,10 @@ BLOCKS = [
     ToolResultBlock(tool_call_id="c1", output={"ok": True}),
     ImageBlock(source={"type": "url", "url": "https://example.com/a.png"}),
     ReasoningBlock(content=[{"text": "r"}], summary=["s"]),
+    ProviderBlock(
+        provider="anthropic",
+        data={"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+    ),
 ]
 
 
@@ -312,6 +317,7 @@ def test_block_tags_are_upstream_names() -> None:
         "tool_result",
         "image",
         "reasoning",
+        "provider_block",  # ours: a provider's own block kept verbatim (server tools)
     }
 
 

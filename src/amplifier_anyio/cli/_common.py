@@ -287,4 +287,5 @@ def turn_json(result: TurnResult, session_id: str) -> dict[str, Any]:
         if error is None
         else {"type": type(error).__name__, "message": one_line(str(error))},
         "problems": list(result.problems),
+        "pending_approvals": [attrs.asdict(p) for p in result.pending_approvals],
     }

@@ -34,7 +34,7 @@ from ..contexts.persistent import default_path
 from ..events import CONTENT_BLOCK_DELTA, CONTENT_BLOCK_START
 from ..kernel._mount_plan import MountPlan
 from ..kernel._session import AmplifierSession
-from ..kernel._turns import TurnStatus
+from ..kernel._turns import PendingApproval, TurnStatus
 from ..models import HookResult
 from ._common import (
     EventLog,
@@ -65,7 +65,7 @@ from .run import (
     ToolsOption,
     add_system_prompt,
 )
-from .sessions import SessionInfo, describe_message, find_session
+from .sessions import SessionInfo, describe_message, describe_pending, find_session
 
 __all__ = ("chat_command", "chat_plan", "LineReader", "PROMPT")
 
@@ -81,6 +81,8 @@ HELP = """\
 /save [FILE]       write the conversation to FILE (.jsonl: the stored messages; else text)
 /events on|off     print the event stream live
 /session           the session's id and transcript file
+/approve CALL allow|deny   decide a tool call waiting for approval ("all" for every one)
+/resume            continue the last turn (after approvals, or one a crash cut short)
 /help              this list
 Ctrl-C during a turn: cancel it (the running tools finish); twice: stop now; thrice: leave.
 Ctrl-C at the prompt: drop the line; twice in a row: leave."""
@@ -190,6 +192,8 @@ class _Repl:
         self.presses = 0
         self.idle_presses = 0
         self.streamed = False
+        self.decisions: dict[str, str] = {}
+        """``/approve`` decisions not yet sent (the turn resumes once none is left)."""
         self._scope: anyio.CancelScope | None = None
         self._read_scope: anyio.CancelScope | None = None
         if base.context.module not in _RESUMABLE:
@@ -275,6 +279,10 @@ class _Repl:
                 context: Any = session.coordinator.get("context")
                 history = await context.get_messages()
                 self._banner(session, path, history, resumed)
+                pending = getattr(context, "pending_approvals", None)
+                waiting = pending() if resumed and callable(pending) else []
+                if waiting:
+                    self._show_pending(session, waiting)
                 if self.system is not None and not history:
                     await add_system_prompt(session, self.system)
                 self.session = session
@@ -337,11 +345,17 @@ class _Repl:
             self._read_scope = None
         return ""  # Ctrl-C at the prompt: the line is dropped
 
-    async def _turn(self, session: AmplifierSession, prompt: str) -> None:
+    async def _turn(
+        self, session: AmplifierSession, prompt: str | None, approvals: dict[str, str] | None = None
+    ) -> None:
+        """One turn for ``prompt``; with None, the last turn resumed (with ``approvals``)."""
         self.streamed = False
         self.state = _State.TURN
         try:
-            result = await session.run(prompt)
+            if prompt is None:
+                result = await session.resume(approvals=approvals)
+            else:
+                result = await session.run(prompt)
         except Exception as exc:  # noqa: BLE001 - one line; the REPL goes on
             failure = leaf(exc)
             say(f"error: the turn failed: {type(failure).__name__}: {one_line(str(failure))}")
@@ -357,8 +371,43 @@ class _Repl:
         elif result.status is TurnStatus.ERROR:
             error = result.error
             say(f"error: the turn failed: {type(error).__name__}: {one_line(str(error))}")
+        elif result.status is TurnStatus.AWAITING_APPROVAL:
+            self._show_pending(session, list(result.pending_approvals))
         elif result.status is not TurnStatus.SUCCESS:
             say(f"(turn ended with status {result.status})")
+
+    def _show_pending(self, session: AmplifierSession, waiting: list[PendingApproval]) -> None:
+        for line in describe_pending(waiting, session.session_id):
+            say(line)
+
+    async def _approve(self, session: AmplifierSession, argument: str) -> None:
+        """``/approve CALL allow|deny``: decide one waiting call (or ``all``); once none is
+        left undecided, the turn resumes with the decisions."""
+        call, _, decision = argument.partition(" ")
+        decision = decision.strip()
+        if not call or decision not in ("allow", "deny"):
+            say("usage: /approve CALL allow|deny (CALL may be all)")
+            return
+        context: Any = session.coordinator.get("context")
+        pending = getattr(context, "pending_approvals", None)
+        waiting = [
+            p for p in (pending() if callable(pending) else []) if p.call_id not in self.decisions
+        ]
+        ids = [p.call_id for p in waiting]
+        if call != "all" and call not in ids:
+            say(
+                f"no call {call!r} is waiting for approval"
+                + (f" (waiting: {', '.join(ids)})" if ids else "")
+            )
+            return
+        for call_id in ids if call == "all" else [call]:
+            self.decisions[call_id] = decision
+        left = [i for i in ids if i not in self.decisions]
+        if left:
+            say(f"({decision} {call}; still waiting: {', '.join(left)})")
+            return
+        decisions, self.decisions = self.decisions, {}
+        await self._turn(session, None, decisions)
 
     def _on_block_start(self, event: str, data: dict[str, Any]) -> HookResult:
         if data.get("block_type") == "text" and self.streamed:
@@ -394,6 +443,11 @@ class _Repl:
                 say(f"(events {argument})")
         elif name == "/save":
             await self._save(session, argument)
+        elif name == "/approve":
+            await self._approve(session, argument)
+        elif name == "/resume":
+            self.decisions = {}
+            await self._turn(session, None)
         else:
             say(f"unknown command {name} (/help lists them)")
         return None

@@ -27,6 +27,7 @@ from ._common import (
     turn_json,
 )
 from ._plans import PlanOptions, build_plan, read_prompt
+from .sessions import describe_pending
 
 __all__ = ("run_command", "add_system_prompt")
 
@@ -121,6 +122,10 @@ def run_command(
         raise fail(f"the turn failed: {type(result.error).__name__}: {result.error}", code=1)
     if not json_output:
         say(result.text, console=out)
+    if result.status is TurnStatus.AWAITING_APPROVAL:
+        for line in describe_pending(list(result.pending_approvals), session_id):
+            say(line)
+        raise typer.Exit(3)
     if result.status is not TurnStatus.SUCCESS:
         say(f"(turn ended with status {result.status})")
     raise typer.Exit(0 if result.status is not TurnStatus.CANCELLED else 1)

@@ -7,9 +7,11 @@ sessions of the working directory (``--all``: of every directory), newest first;
 prints one conversation; ``rm`` deletes one. A session is named by its id or by an
 unambiguous prefix of it, in any project.
 
-Each sub-command is one function registered on :data:`app` (``@app.command("name")``);
-a new one (``sessions approve ID CALL allow|deny``) is added the same way, and uses
-:func:`find_session` to resolve its ``ID``.
+``approve ID CALL allow|deny`` decides a tool call a turn left waiting for approval
+(``docs/durable.md``); ``chat --resume ID`` then continues the turn (``/resume``).
+
+Each sub-command is one function registered on :data:`app` (``@app.command("name")``)
+and resolves its ``ID`` with :func:`find_session`.
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio
 import attrs
 import typer
 
 from ..contexts import _jsonl
+from ..contexts.durable import approve, pending_approvals
 from ..contexts.persistent import CONTEXT_MESSAGES_FILENAME, amplifier_home, default_path
+from ..errors import ContextFileError, SessionError
+from ..kernel._turns import PendingApproval
 from ._common import fail, one_line, out, say
 
 __all__ = (
@@ -36,7 +42,9 @@ __all__ = (
     "list_command",
     "show_command",
     "rm_command",
+    "approve_command",
     "describe_message",
+    "describe_pending",
 )
 
 app = typer.Typer(
@@ -181,6 +189,41 @@ def show_command(
     for message in messages:
         for line in describe_message(message):
             say(line, console=out)
+    waiting = _pending(info)
+    if waiting:
+        for line in describe_pending(waiting, info.session_id):
+            say(line, console=out)
+
+
+@app.command("approve")
+def approve_command(
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="A session id (or prefix).")],
+    call_id: Annotated[str, typer.Argument(metavar="CALL", help="The waiting call's id.")],
+    decision: Annotated[str, typer.Argument(metavar="allow|deny", help="The decision.")],
+) -> None:
+    """Allow or deny a tool call the session's last turn left waiting for approval; the
+    call runs (or is answered as denied) when the turn resumes (chat --resume ID, /resume)."""
+    if decision not in ("allow", "deny"):
+        raise fail(f"the decision must be allow or deny, not {decision!r}")
+    info = find_session(session_id)
+    try:
+        waiting = anyio.run(approve, info.path, {call_id: decision})
+    except (SessionError, ContextFileError) as exc:
+        raise fail(str(exc)) from None
+    say(f"{decision} recorded for {call_id} in session {info.session_id}")
+    if waiting:
+        say(f"{len(waiting)} call(s) still waiting: " + ", ".join(p.call_id for p in waiting))
+    else:
+        say(
+            f"continue the turn with: amplifier-anyio chat --resume {info.session_id}, then /resume"
+        )
+
+
+def _pending(info: SessionInfo) -> list[PendingApproval]:
+    try:
+        return anyio.run(pending_approvals, info.path)
+    except ContextFileError:
+        return []
 
 
 @app.command("rm")
@@ -215,6 +258,19 @@ def describe_message(message: dict[str, Any]) -> list[str]:
         arguments = call.get("arguments", function.get("arguments", {}))
         shown = arguments if isinstance(arguments, str) else json.dumps(arguments)
         lines.append(f"  -> {name}({_short(shown)})")
+    return lines
+
+
+def describe_pending(waiting: list[PendingApproval], session_id: str) -> list[str]:
+    """The lines that show the calls waiting for approval, and how to decide them."""
+    lines = [f"waiting for approval ({len(waiting)}):"]
+    for pending in waiting:
+        shown = _short(json.dumps(pending.input, ensure_ascii=False, default=str))
+        lines.append(f"  {pending.call_id}  {pending.tool} {shown}  — {_short(pending.prompt)}")
+    lines.append(
+        f"decide with: /approve CALL allow|deny in chat, or "
+        f"amplifier-anyio sessions approve {session_id} CALL allow|deny"
+    )
     return lines
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._jsonl import ContextFileError
 from .compaction import Estimator, compact, compaction_notice, is_compaction_notice
+from .durable import approve, approve_session, pending_approvals
 from .persistent import (
     PersistentContextManager,
     close_interrupted_tool_calls,
@@ -21,4 +22,7 @@ __all__ = (
     "ContextFileError",
     "interrupted_result",
     "close_interrupted_tool_calls",
+    "approve",
+    "approve_session",
+    "pending_approvals",
 )

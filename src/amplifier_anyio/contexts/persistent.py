@@ -7,8 +7,17 @@ Every message is one JSON line of the file, appended and fsynced in a worker thr
 with :class:`ContextFileError`, and closes every tool call that has no result (the process
 died while the tool ran) with an *interrupted* result — see :func:`interrupted_result` —
 so a resumed conversation never sends an orphaned tool call. A repaired file is rewritten
-at once. An append that fails (a full disk) fails whole: the file is cut back to what it
-was and the messages are not added to the history either; the error is a
+at once.
+
+Beside the messages it keeps a journal of tool calls (``<name>.journal.jsonl``; see
+:mod:`._journal` and ``docs/durable.md``): the tool batch records each call as started
+before it runs and as finished with its result, fsynced, so a load after a crash gives a
+finished call its real result (it never runs twice), answers one that was running as
+interrupted (or leaves it to ``session.resume()`` when its tool is idempotent), and keeps
+calls that wait for an approval.
+
+An append that fails (a full disk) fails whole: the file is cut back to what it was and
+the messages are not added to the history either; the error is a
 :class:`ContextFileError`. One writer per file: two managers on one path are not supported.
 """
 
@@ -26,7 +35,9 @@ import anyio.to_thread
 
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError
-from . import _jsonl
+from ..kernel._turns import PendingApproval
+from . import _journal, _jsonl
+from ._journal import ResumeWork
 from ._jsonl import ContextFileError
 from ._messages import calls, result_ids
 from .compaction import Estimator
@@ -46,6 +57,8 @@ __all__ = (
     "amplifier_home",
     "CONTEXT_MESSAGES_FILENAME",
     "AMPLIFIER_HOME_ENV",
+    "journal_path_for",
+    "ResumeWork",
 )
 
 logger = logging.getLogger(__name__)
@@ -59,6 +72,17 @@ AMPLIFIER_HOME_ENV = "AMPLIFIER_HOME"
 INTERRUPTED_ERROR = "Tool execution was interrupted"
 
 MODULE_ID = "context-persistent"
+
+
+JOURNAL_COMPACT_AT = 512
+"""Journal records after which a batch's results, once written, drop the journal (when no
+call waits for a resume)."""
+
+
+def journal_path_for(path: str | os.PathLike[str]) -> Path:
+    """The tool-call journal beside a messages file: ``<stem>.journal.jsonl``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.journal.jsonl")
 
 
 def interrupted_result(call_id: str, name: str) -> dict[str, Any]:
@@ -151,7 +175,15 @@ class PersistentContextManager(SimpleContextManager):
         self._loaded_from_file = False
         self._undo_to: int | None = None  # where torn bytes of a failed append start
         self.interrupted_calls_closed = 0
-        """How many open tool calls the load closed with an interrupted result."""
+        """How many open tool calls the load closed (interrupted, recovered or held)."""
+        self.journal_path = journal_path_for(self.path)
+        self._records: list[dict[str, Any]] = []
+        self._states: dict[tuple[int, str], _journal.CallState] = {}
+        self._journal_lock = anyio.Lock()
+        self._journal_queue: list[dict[str, Any]] = []
+        self._journal_enqueued = 0
+        self._journal_flushed = 0
+        self._journal_undo: int | None = None
 
     @property
     def loaded_from_file(self) -> bool:
@@ -190,6 +222,17 @@ class PersistentContextManager(SimpleContextManager):
             await self._append_locked(lines)
             for stored, cost in prepared:
                 self._append(stored, cost)
+        if len(self._records) >= JOURNAL_COMPACT_AT:
+            await self._compact_journal()
+
+    async def _compact_journal(self) -> None:
+        """Drop the journal once the history answers every call for good (its records are
+        then never read again): it stays small in a long-lived process too."""
+        async with self._journal_lock:
+            if self._journal_queue or _journal.placeholders(self._messages):
+                return
+            await anyio.to_thread.run_sync(_unlink, self.journal_path)
+            self._records, self._states, self._journal_undo = [], {}, None
 
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
         """Replace history and file, unless the history was loaded from the file."""
@@ -222,8 +265,12 @@ class PersistentContextManager(SimpleContextManager):
     async def _load_locked(self) -> None:
         if self._loaded:
             return
-        messages, costs, closed = await anyio.to_thread.run_sync(_load, self.path, self.estimator)
+        messages, costs, closed, records = await anyio.to_thread.run_sync(
+            _load, self.path, self.journal_path, self.estimator
+        )
         self._replace(list(zip(messages, costs, strict=True)))
+        self._records = records
+        self._states = _journal.fold(records)
         self._loaded = True
         self._loaded_from_file = bool(messages)
         self.interrupted_calls_closed = closed
@@ -240,21 +287,180 @@ class PersistentContextManager(SimpleContextManager):
             raise
         self._undo_to = None
 
-    async def _rewrite_locked(self, prepared: list[tuple[dict[str, Any], int]]) -> None:
+    async def _rewrite_locked(
+        self, prepared: list[tuple[dict[str, Any], int]], *, keep_journal: bool = False
+    ) -> None:
         lines = [_jsonl.encode(stored) for stored, _ in prepared]
         await anyio.to_thread.run_sync(_jsonl.rewrite, self.path, lines)
         self._undo_to = None  # the new file has no torn bytes
         self._replace(prepared)
+        if not keep_journal:  # a new history: positions of the old one mean nothing now
+            async with self._journal_lock:
+                await anyio.to_thread.run_sync(_unlink, self.journal_path)
+                self._records, self._states, self._journal_undo = [], {}, None
+
+    # -- the tool-call journal (the tool batch's optional protocol) -------------------------
+
+    def _at_of(self, call_id: str) -> int:
+        """The position right after the assistant message that makes ``call_id``."""
+        for index in range(len(self._messages) - 1, -1, -1):
+            if call_id in {cid for cid, _ in calls(self._messages[index])}:
+                return index + 1
+        return len(self._messages)
+
+    async def journal_started(
+        self, call_id: str, tool: str, arguments: Any, *, idempotent: bool = False
+    ) -> str:
+        """Record, fsynced, that a call is about to run; returns its idempotency key."""
+        await self._ready()
+        at = self._at_of(call_id)
+        digest = _journal.arguments_hash(arguments)
+        key = _journal.idempotency_key(str(self.path.resolve()), at, call_id, digest)
+        record = {
+            "type": _journal.STARTED,
+            "at": at,
+            "call_id": call_id,
+            "tool": tool,
+            "args_hash": digest,
+            "key": key,
+            "idempotent": idempotent,
+        }
+        await self._journal_append(record)
+        return key
+
+    async def journal_finished(self, call_id: str, content: str, *, success: bool = True) -> None:
+        """Record, fsynced, the result of a call (the last record of a call wins)."""
+        await self._ready()
+        record = {
+            "type": _journal.FINISHED,
+            "at": self._at_of(call_id),
+            "call_id": call_id,
+            "content": content,
+            "success": success,
+        }
+        await self._journal_append(record)
+
+    async def journal_deferred(self, call_id: str, tool: str, tool_input: Any, prompt: str) -> None:
+        """Record, fsynced, that a call waits for an approval."""
+        await self._ready()
+        record = {
+            "type": _journal.DEFERRED,
+            "at": self._at_of(call_id),
+            "call_id": call_id,
+            "tool": tool,
+            "input": tool_input,
+            "prompt": prompt,
+        }
+        await self._journal_append(record)
+
+    async def journal_decide(self, approvals: dict[str, str]) -> None:
+        """Record approvals (``call id → "allow" | "deny"``) of the pending calls.
+
+        Raises ``ValueError`` naming a call id that is not pending, or a decision that is
+        neither allow nor deny; then nothing is recorded.
+        """
+        await self._ready()
+        pending = {p.call_id for p in _journal.pending_of(self._messages, self._states)}
+        records = []
+        for call_id, decision in approvals.items():
+            if call_id not in pending:
+                msg = f"approvals[{call_id!r}]: no call with this id waits for an approval"
+                raise ValueError(msg)
+            if decision not in ("allow", "deny"):
+                msg = f"approvals[{call_id!r}]: expected 'allow' or 'deny', got {decision!r}"
+                raise ValueError(msg)
+            at = self._at_of(call_id)
+            records.append(
+                {"type": _journal.DECIDED, "at": at, "call_id": call_id, "decision": decision}
+            )
+        for record in records:
+            await self._journal_append(record)
+
+    def pending_approvals(self) -> list[PendingApproval]:
+        """The calls of the last tool batch that wait for a decision (after a load)."""
+        return _journal.pending_of(self._messages, self._states, undecided=True)
+
+    async def resume_work(self) -> ResumeWork:
+        """What resuming the last tool batch involves (see :class:`ResumeWork`)."""
+        await self._ready()
+        return _journal.resume_work(self._messages, self._states)
+
+    async def replace_results(self, messages: list[dict[str, Any]]) -> None:
+        """Put ``messages`` (tool results) in place of the placeholders of their calls, in
+        one atomic rewrite. A message whose call has no placeholder is ignored."""
+        by_id = {str(m.get("tool_call_id")): m for m in messages}
+        async with self._lock:
+            await self._load_locked()
+            replaced = False
+            prepared = []
+            for stored, cost in zip(self._messages, self._costs, strict=True):
+                new = by_id.get(str(stored.get("tool_call_id")))
+                if new is not None and _journal.is_placeholder(stored):
+                    prepared.append(self._prepare(new))
+                    replaced = True
+                else:
+                    prepared.append((stored, cost))
+            if replaced:
+                await self._rewrite_locked(prepared, keep_journal=True)
+
+    async def _journal_append(self, record: dict[str, Any]) -> None:
+        """Append one record, fsynced; records queued meanwhile share one write and fsync."""
+        self._journal_queue.append(record)
+        self._journal_enqueued += 1
+        ticket = self._journal_enqueued
+        async with self._journal_lock:
+            if self._journal_flushed >= ticket:
+                return
+            batch, self._journal_queue = self._journal_queue, []
+            upto = self._journal_enqueued
+            data = b"".join(_jsonl.encode(r) for r in batch)
+            try:
+                await anyio.to_thread.run_sync(
+                    _jsonl.append_line, self.journal_path, data, self._journal_undo
+                )
+            except _jsonl.AppendError as exc:
+                self._journal_undo = exc.undo_to
+                self._journal_queue[:0] = batch  # the next writer tries them again
+                raise
+            self._journal_undo = None
+            self._journal_flushed = upto
+            self._records.extend(batch)
+            for written in batch:
+                _journal.apply_record(self._states, written)
 
 
-def _load(path: Path, estimator: Estimator) -> tuple[list[dict[str, Any]], list[int], int]:
-    """Read, repair (rewriting the file if needed) and estimate; runs in a worker thread."""
+def _load(
+    path: Path, journal: Path, estimator: Estimator
+) -> tuple[list[dict[str, Any]], list[int], int, list[dict[str, Any]]]:
+    """Read, settle against the journal, repair (rewriting the files if needed) and
+    estimate; runs in a worker thread. Returns the journal records still needed."""
     _jsonl.remove_stale_temp_files(path)  # one writer per file: any temp file is dead
+    _jsonl.remove_stale_temp_files(journal)
     messages, torn = _jsonl.read_messages(path)
-    repaired, closed = close_interrupted_tool_calls(messages)
-    if torn or closed:
+    try:
+        raw = journal.read_bytes()
+    except FileNotFoundError:
+        raw = b""
+    except OSError as exc:
+        raise ContextFileError(journal, None, f"cannot read: {exc.strerror or exc}") from exc
+    records = _journal.read_records(raw)
+    repaired, closed, changed = _journal.recover(messages, _journal.fold(records))
+    if torn or changed:
         _jsonl.rewrite(path, [_jsonl.encode(message) for message in repaired])
-    return repaired, [estimator(message) for message in repaired], closed
+    held = {(at, str(m.get("tool_call_id"))) for at, m in _journal.placeholders(repaired)}
+    kept = [r for r in records if (r.get("at"), r.get("call_id")) in held]
+    if not kept and raw:
+        _unlink(journal)
+    elif raw and (len(kept) != len(records) or not raw.endswith(b"\n")):
+        _jsonl.rewrite(journal, [_jsonl.encode(record) for record in kept])
+    return repaired, [estimator(message) for message in repaired], closed, kept
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        raise ContextFileError(path, None, f"cannot remove: {exc.strerror or exc}") from exc
 
 
 def _check_path(path: Path, key: str, dry_run: bool = False) -> None:

@@ -359,7 +359,8 @@ class CallbackApprovalSystem(_Remembering):
     """Asks an embedding application's function: ``callback(ApprovalRequest)``.
 
     The callback (sync or async) returns an option (``"Allow once"``, ``"Allow always"``,
-    ``"Deny"``, or any of the request's options) or a bool (True: allow once). Whatever it
+    ``"Deny"``, or any of the request's options; ``"defer"`` holds the call for an approval
+    that outlives the turn, see ``docs/durable.md``) or a bool (True: allow once). Whatever it
     raises reaches the coordinator, which denies; a callback slower than the request's
     timeout is cancelled and the request's default applies.
     """

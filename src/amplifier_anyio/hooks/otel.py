@@ -186,6 +186,7 @@ _OUTCOME_OF_STATUS = {
     "incomplete": "incomplete",
     "error": "error",
     "cancelled": "cancelled",
+    "awaiting_approval": "awaiting_approval",  # the turn paused; session.resume() goes on
 }
 _LIFECYCLE = "lifecycle:"
 _LIFECYCLE_STAGES = (

@@ -19,7 +19,7 @@ from ._tracing import (
     tool_call_scope,
     trace_scope,
 )
-from ._turns import TurnResult, TurnStatus
+from ._turns import PendingApproval, TurnResult, TurnStatus
 from ._validation import PlanReport, validate_plan
 
 __all__ = (
@@ -30,6 +30,7 @@ __all__ = (
     "Event",
     "TurnResult",
     "TurnStatus",
+    "PendingApproval",
     "MountPlan",
     "ModuleSpec",
     "expand_variables",

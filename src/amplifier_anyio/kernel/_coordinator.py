@@ -17,8 +17,14 @@ from typing import Any
 import anyio
 import attrs
 
-from ..errors import ApprovalTimeoutError, InjectionTooLargeError, MountError, SessionError
-from ..events import CANCEL_REQUESTED
+from ..errors import (
+    ApprovalDeferred,
+    ApprovalTimeoutError,
+    InjectionTooLargeError,
+    MountError,
+    SessionError,
+)
+from ..events import CANCEL_REQUESTED, TOOL_PRE
 from ..interfaces import ApprovalSystem, DisplaySystem
 from ..models import HookResult
 from ._cancellation import CancellationToken
@@ -382,7 +388,10 @@ class ModuleCoordinator:
         """Carry out a hook's answer: persist injections, ask for approval, show messages.
 
         Approval fails closed: no approval system, a timeout whose default is deny, or any
-        answer other than allow / allow once / allow always gives ``deny``.
+        answer other than allow / allow once / allow always gives ``deny``. The answer
+        ``defer`` to a ``tool:pre`` question raises :class:`ApprovalDeferred`: the tool
+        batch holds the call for an approval that outlives the turn (``docs/durable.md``);
+        to any other event it is a deny.
         """
         if (
             type(result) is HookResult
@@ -402,7 +411,7 @@ class ModuleCoordinator:
         if result.action == "inject_context" and result.context_injection:
             await self._inject(result, event, hook_name)
         if result.action == "ask_user":
-            return await self._ask(result)
+            return await self._ask(result, event)
         if result.user_message:
             self._show(result, hook_name)
         return result
@@ -437,7 +446,7 @@ class ModuleCoordinator:
             }
         )
 
-    async def _ask(self, result: HookResult) -> HookResult:
+    async def _ask(self, result: HookResult, event: str = "") -> HookResult:
         """Ask the approval system; anything but a clear allow is a deny (fail closed).
 
         An allow returns ``continue`` carrying the result's data (a hook may have
@@ -468,6 +477,8 @@ class ModuleCoordinator:
             return HookResult(
                 action="deny", reason=f"Approval timeout - denied by default: {prompt}"
             )
+        if isinstance(decision, str) and decision.strip().lower() == "defer" and event == TOOL_PRE:
+            raise ApprovalDeferred(prompt)
         if isinstance(decision, str) and decision.strip().lower() in _ALLOW:
             return HookResult(action="continue", data=result.data)
         if not isinstance(decision, str):

@@ -38,6 +38,7 @@ import enum
 import inspect
 import logging
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -455,6 +456,28 @@ class AmplifierSession:
         finally:
             self._turn = None
 
+    async def resume(self, approvals: Mapping[str, str] | None = None) -> TurnResult:
+        """Continue the turn the context's history ends in (``docs/durable.md``).
+
+        ``approvals`` maps the call ids of ``TurnResult.pending_approvals`` to ``"allow"``
+        or ``"deny"``; they are recorded (in the transcript's journal), the allowed calls
+        run, the denied ones are answered as denied, and the turn goes on with the
+        provider. Without approvals it continues a turn a crash left unfinished (running
+        again only calls whose tools are idempotent). This works in a later process that
+        opened the same transcript. A turn whose history already ends with its answer
+        returns that answer without a provider call; calls still undecided end the turn
+        ``awaiting_approval`` again.
+
+        Raises :class:`SessionError` when a turn is running, the orchestrator or the
+        context cannot resume (loop-basic / loop-streaming / loop-events with
+        context-persistent can), or an approval names a call that is not pending.
+        """
+        token = self._accept_turn()
+        try:
+            return await self._run_accepted("", token, approvals=approvals or {})
+        finally:
+            self._turn = None
+
     def _accept_turn(self) -> CancellationToken:
         """Take the turn on, before any await: from here on ``cancel()`` reaches it."""
         self._check_open()
@@ -464,13 +487,18 @@ class AmplifierSession:
         self._turn = self.coordinator.begin_turn()
         return self._turn
 
-    async def _run_accepted(self, prompt: str, token: CancellationToken) -> TurnResult:
+    async def _run_accepted(
+        self, prompt: str, token: CancellationToken, approvals: Mapping[str, str] | None = None
+    ) -> TurnResult:
         try:
             await self.initialize()
             # session:start hooks belong to the turn they announce: its cancel stops them.
             with anyio.CancelScope() as scope, token.bind_scope(scope):
                 await self._announce()
-            result = await self._run_turn(prompt)
+            if approvals is None:
+                result = await self._run_turn(prompt)
+            else:
+                result = await self._resume_turn(approvals)
             # A cancel() that arrived while the turn was closing its events is recorded
             # now rather than dropped. Shielded: the turn has ended and said how, so a host
             # cancel arriving now is delivered at the host's next checkpoint instead of
@@ -548,6 +576,43 @@ class AmplifierSession:
             result: TurnResult = await run_turn(*args, coordinator=coordinator)
             return result
         return await self._run_foreign(orchestrator, args)
+
+    async def _resume_turn(self, approvals: Mapping[str, str]) -> TurnResult:
+        coordinator = self.coordinator
+        orchestrator = coordinator.get("orchestrator")
+        resume_turn = getattr(orchestrator, "resume_turn", None)
+        if resume_turn is None:
+            name = getattr(orchestrator, "name", type(orchestrator).__name__)
+            msg = f"the orchestrator {name!r} cannot resume a turn"
+            raise SessionError(msg)
+        context = coordinator.get("context")
+        if approvals:
+            decide = getattr(context, "journal_decide", None)
+            if decide is None:
+                msg = "the context cannot keep approvals (context-persistent can)"
+                raise SessionError(msg)
+            try:
+                await decide(dict(approvals))
+            except ValueError as exc:
+                raise SessionError(str(exc)) from exc
+        messages = await context.get_messages()
+        prompt = next(
+            (
+                m["content"]
+                for m in reversed(messages)
+                if m.get("role") == "user" and isinstance(m.get("content"), str)
+            ),
+            "",
+        )
+        result: TurnResult = await resume_turn(
+            prompt,
+            context,
+            coordinator.get("providers"),
+            coordinator.get("tools"),
+            coordinator.hooks,
+            coordinator=coordinator,
+        )
+        return result
 
     async def _run_foreign(self, orchestrator: Any, args: tuple[Any, ...]) -> TurnResult:
         """An orchestrator with only ``execute``: the session binds the turn's cancel scope."""

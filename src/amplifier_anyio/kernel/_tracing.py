@@ -34,6 +34,12 @@ class ToolCallContext:
     parallel_group_id: str
     index: int
     trace_id: str | None
+    idempotency_key: str | None = None
+    """Stable across re-runs of this call after a crash (a journaling context assigns it):
+    a tool with an outside side effect passes it on (an idempotency header) so that the
+    outside world can recognise a repeat."""
+    approved: bool = False
+    """The call runs because someone allowed it after it was deferred."""
 
 
 def current_trace_id() -> str | None:

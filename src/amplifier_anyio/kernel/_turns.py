@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import attrs
 
 from ..models import Usage
 
-__all__ = ("TurnStatus", "TurnResult")
+__all__ = ("TurnStatus", "TurnResult", "PendingApproval")
 
 
 class TurnStatus(enum.StrEnum):
@@ -24,6 +25,22 @@ class TurnStatus(enum.StrEnum):
     """A provider or module failed; ``TurnResult.error`` holds the exception."""
     CANCELLED = "cancelled"
     """Cancelled through the session or coordinator, or the turn timeout passed."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """A tool call waits for an approval that outlives the turn: the batch's other calls
+    ran, ``TurnResult.pending_approvals`` lists the held ones, and
+    ``session.resume(approvals=...)`` continues the turn (``docs/durable.md``)."""
+
+
+@attrs.frozen(kw_only=True)
+class PendingApproval:
+    """A tool call held until someone allows or denies it."""
+
+    call_id: str
+    tool: str
+    input: Any
+    """The call's input as the tool would get it (after ``tool:pre`` hooks)."""
+    prompt: str
+    """The question for the approver."""
 
 
 @attrs.frozen(kw_only=True)
@@ -34,6 +51,7 @@ class TurnResult:
     ``finish_reason`` the last response's. ``problems`` lists what went wrong without
     ending the turn on its own: a terminal event whose observers outlasted their bound, a
     context write that failed or gave up (each also logged at error level).
+    ``pending_approvals`` is set when the status is ``awaiting_approval``.
     """
 
     text: str
@@ -44,3 +62,5 @@ class TurnResult:
     trace_id: str | None = None
     finish_reason: str | None = None
     problems: tuple[str, ...] = ()
+    pending_approvals: tuple[PendingApproval, ...] = ()
+    """With status ``awaiting_approval``: the calls that wait for a decision."""

@@ -127,8 +127,60 @@ async def schema_problems(plan: MountPlan, loader: ModuleLoader, *, strict: bool
     return findings.report()
 
 
+# The plan's own keys (amplifier-core's mount plan, plus ours): anything else is a typo or
+# something this runtime does not read, which a user should hear about.
+_PLAN_KEYS = frozenset(
+    {"session", "orchestrator", "context", "providers", "tools", "hooks", "agents", "includes"}
+)
+_SESSION_KEYS = frozenset(
+    {
+        "orchestrator",
+        "orchestrator_source",
+        "context",
+        "context_source",
+        "executor",
+        "injection_budget_per_turn",
+        "injection_size_limit",
+        "metadata",
+        "raw",
+        "debug",
+        "raw_debug",
+    }
+)
+_ENTRY_KEYS = frozenset({"module", "source", "config", "instance_id", "optional", "executor"})
+_STRING_FORM_KEYS = frozenset({"config"})  # top-level orchestrator / context tables
+
+
+def _unknown_keys(plan: MountPlan) -> list[str]:
+    """``<where>: unknown key 'x'`` for every key the plan's structure does not define."""
+    raw = plan.raw
+    found = [f"unknown top-level key {k!r}" for k in raw if k not in _PLAN_KEYS]
+    session = raw.get("session")
+    if isinstance(session, Mapping):
+        found += [f"session: unknown key {k!r}" for k in session if k not in _SESSION_KEYS]
+        for key in ("orchestrator", "context", "executor"):
+            entry = session.get(key)
+            if isinstance(entry, Mapping):
+                where = f"session.{key}"
+                found += [f"{where}: unknown key {k!r}" for k in entry if k not in _ENTRY_KEYS]
+    for key in ("orchestrator", "context"):
+        table = raw.get(key)
+        if isinstance(table, Mapping):
+            found += [f"{key}: unknown key {k!r}" for k in table if k not in _STRING_FORM_KEYS]
+    for section in ("providers", "tools", "hooks"):
+        entries = raw.get(section)
+        for index, entry in enumerate(entries if isinstance(entries, list) else ()):
+            if isinstance(entry, Mapping):
+                where = f"{section}[{index}]"
+                found += [f"{where}: unknown key {k!r}" for k in entry if k not in _ENTRY_KEYS]
+    return found
+
+
 def _check_plan(plan: MountPlan, strict: bool, findings: _Findings) -> None:
-    """What the plan asks for that is not supported: ``includes`` (bundles)."""
+    """Keys the plan's structure does not define (a typo such as ``confg:`` would silently
+    drop a module's config), and what the plan asks for that is not supported:
+    ``includes`` (bundles). Errors when ``strict``, warnings otherwise."""
+    (findings.errors if strict else findings.warnings).extend(_unknown_keys(plan))
     if plan.includes:
         listed = ", ".join(repr(i) for i in plan.includes)
         line = (

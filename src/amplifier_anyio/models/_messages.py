@@ -23,6 +23,7 @@ __all__ = (
     "ToolResultBlock",
     "ImageBlock",
     "ReasoningBlock",
+    "ProviderBlock",
     "ContentBlock",
     "BLOCK_TYPES",
     "Message",
@@ -113,6 +114,29 @@ class ReasoningBlock:
     visibility: Visibility | None = _visibility()
 
 
+def _wire_block(_instance: Any, _attribute: Any, value: dict[str, Any]) -> None:
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        msg = "data must be a JSON object with a string 'type' (the provider's block type)"
+        raise TypeError(msg)
+
+
+@attrs.frozen(kw_only=True)
+class ProviderBlock:
+    """A provider's own block that we do not interpret, kept verbatim to be sent back.
+
+    Anthropic's server tools (``server_tool_use``, ``web_search_tool_result``…) answer
+    with blocks the next request must carry unchanged (a ``pause_turn`` continuation, a
+    later turn). ``provider`` names the provider id whose wire format ``data`` is in
+    (``"anthropic"``); ``data`` is the block as the API sent it, its own ``type``
+    included. Other providers never send it.
+    """
+
+    type: ClassVar[str] = "provider_block"
+    provider: str
+    data: dict[str, Any] = attrs.field(validator=_wire_block)
+    visibility: Visibility | None = _visibility()
+
+
 ContentBlock: TypeAlias = (
     TextBlock
     | ThinkingBlock
@@ -121,6 +145,7 @@ ContentBlock: TypeAlias = (
     | ToolResultBlock
     | ImageBlock
     | ReasoningBlock
+    | ProviderBlock
 )
 
 BLOCK_TYPES: dict[str, type[ContentBlock]] = {
@@ -133,6 +158,7 @@ BLOCK_TYPES: dict[str, type[ContentBlock]] = {
         ToolResultBlock,
         ImageBlock,
         ReasoningBlock,
+        ProviderBlock,
     )
 }
 """The content block classes by their ``type`` tag."""

@@ -141,6 +141,7 @@ class LoopBasicOrchestrator:
         *,
         coordinator: ModuleCoordinator | None = None,
         cancellation: CancellationToken | None = None,
+        resuming: bool = False,
     ) -> TurnResult:
         """Run one turn to its end and describe how it ended.
 
@@ -169,9 +170,34 @@ class LoopBasicOrchestrator:
             orchestrator=self.name,
             streaming=self.streaming,
             run_tools=self.tool_runner,
+            resuming=resuming,
         )
         self.last_result = await turn.run()
         return self.last_result
+
+    async def resume_turn(
+        self,
+        prompt: str,
+        context: ContextManager,
+        providers: dict[str, Provider],
+        tools: dict[str, Tool],
+        hooks: HookRegistry,
+        *,
+        coordinator: ModuleCoordinator | None = None,
+        cancellation: CancellationToken | None = None,
+    ) -> TurnResult:
+        """Continue the turn ``context`` ends in (``session.resume``; ``docs/durable.md``):
+        finish the held calls of its last batch, then go on as :meth:`run_turn`."""
+        return await self.run_turn(
+            prompt,
+            context,
+            providers,
+            tools,
+            hooks,
+            coordinator=coordinator,
+            cancellation=cancellation,
+            resuming=True,
+        )
 
 
 async def mount(coordinator: ModuleCoordinator, config: dict[str, Any] | None = None) -> None:

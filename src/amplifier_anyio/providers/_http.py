@@ -50,7 +50,7 @@ from ..errors import (
 from ..events import PROVIDER_RETRY
 from ..models import ToolCall
 from ..models._messages import INVALID_ARGUMENTS_KEY
-from ._sse import SSEDecoder, SSEEvent
+from ._sse import LineSplitter, SSEDecoder, SSEEvent
 
 __all__ = (
     "HookEmitter",
@@ -567,10 +567,13 @@ class HTTPClient:
     async def _events(
         self, response: httpx.Response, model: str | None, until: float
     ) -> AsyncGenerator[SSEEvent, None]:
-        """The response's events; each wait for a line is bounded by the response's
-        deadline ``until`` and by the idle timeout (the scope never spans a ``yield``)."""
+        """The response's events; each wait for a chunk of the body is bounded by the
+        response's deadline ``until`` and by the idle timeout (the scope never spans a
+        ``yield``). One wait per chunk, not per line: a chunk of many small events costs
+        one cancel scope."""
         decoder = SSEDecoder()
-        lines = response.aiter_lines()
+        splitter = LineSplitter()
+        chunks = response.aiter_text()
         failure: LLMError | None = None
         while failure is None:
             limit = until
@@ -578,7 +581,7 @@ class HTTPClient:
                 limit = min(limit, anyio.current_time() + self.idle_timeout)
             try:
                 with anyio.fail_after(max(0.0, limit - anyio.current_time())):
-                    line = await anext(lines)
+                    chunk = await anext(chunks)
             except StopAsyncIteration:
                 break
             except TimeoutError:
@@ -596,11 +599,16 @@ class HTTPClient:
                 error = StreamError(msg, provider=self.provider, model=model, retryable=True)
                 failure = self._chained(error, exc)
                 break
+            for line in splitter.feed(chunk):
+                event = decoder.feed(line)
+                if event is not None:
+                    yield event
+        if failure is not None:
+            raise failure
+        for line in splitter.flush():
             event = decoder.feed(line)
             if event is not None:
                 yield event
-        if failure is not None:
-            raise failure
         event = decoder.flush()
         if event is not None:
             yield event

@@ -1,15 +1,22 @@
 """A small server-sent events decoder (the WHATWG ``text/event-stream`` rules we need).
 
-It reads lines, not bytes, so it sits on ``httpx.Response.aiter_lines()``; it does not
-insist on a ``text/event-stream`` content type, because several OpenAI-compatible servers
-send another one.
+It reads lines, not bytes: :class:`LineSplitter` cuts the response's text into lines
+(``\r\n``, ``\n`` or ``\r`` only, as the standard says — not ``httpx``'s
+``aiter_lines()``, which also splits at U+2028, U+0085 and other characters a JSON string
+may hold raw), and one network chunk is one wait, however many lines it brings. It does
+not insist on a ``text/event-stream`` content type, because several OpenAI-compatible
+servers send another one.
 """
 
 from __future__ import annotations
 
+import re
+
 import attrs
 
-__all__ = ("SSEEvent", "SSEDecoder")
+__all__ = ("SSEEvent", "SSEDecoder", "LineSplitter")
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 @attrs.frozen(kw_only=True)
@@ -71,3 +78,41 @@ class SSEDecoder:
     def flush(self) -> SSEEvent | None:
         """The event left pending at the end of the stream, if any."""
         return self._pending.dispatch()
+
+
+class LineSplitter:
+    """Cuts text that arrives in pieces into lines, at ``\\r\\n``, ``\\n`` or ``\\r``.
+
+    A line split across pieces is kept as a list of parts joined once (linear however it
+    trickles in); a ``\\r\\n`` split between two pieces is one line end.
+    """
+
+    def __init__(self) -> None:
+        self._partial: list[str] = []
+        self._after_cr = False
+
+    def feed(self, text: str) -> list[str]:
+        """The lines ``text`` completes (terminators removed)."""
+        if not text:
+            return []
+        if self._after_cr and text.startswith("\n"):
+            text = text[1:]
+        self._after_cr = False
+        if not text:
+            return []
+        pieces = _LINE_END.split(text)
+        if len(pieces) == 1:
+            self._partial.append(text)
+            return []
+        if self._partial:
+            pieces[0] = "".join(self._partial) + pieces[0]
+        last = pieces.pop()
+        self._partial = [last] if last else []
+        self._after_cr = text.endswith("\r")
+        return pieces
+
+    def flush(self) -> list[str]:
+        """The unterminated last line, if any."""
+        line = "".join(self._partial)
+        self._partial = []
+        return [line] if line else []

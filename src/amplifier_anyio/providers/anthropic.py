@@ -3,16 +3,22 @@
 System and developer messages become the top-level ``system`` prompt; assistant tool
 calls become ``tool_use`` blocks; consecutive tool results become ``tool_result`` blocks
 of one user message, in call order; thinking blocks travel back with their ``signature``
-unchanged (redacted thinking as is). ``base_url`` is the API root without ``/v1``, as the
-official SDK takes it.
+unchanged (redacted thinking as is). Blocks we do not interpret — server tools'
+``server_tool_use`` / ``web_search_tool_result`` and the like — are kept verbatim as
+``ProviderBlock`` and sent back unchanged, in place (a ``pause_turn`` continuation needs
+them). ``base_url`` is the API root without ``/v1``, as the official SDK takes it.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import logging
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final
 
+import attrs
 import httpx
 
 from ..config_schema import ConfigSchema, Setting
@@ -24,6 +30,7 @@ from ..models import (
     ImageBlock,
     Message,
     ModelInfo,
+    ProviderBlock,
     ProviderInfo,
     RedactedThinkingBlock,
     TextBlock,
@@ -67,8 +74,13 @@ __all__ = (
     "DEFAULT_BASE_URL",
     "DEFAULT_MODEL",
     "API_VERSION",
+    "ApiVersion",
+    "API_VERSIONS",
+    "api_version",
     "CONFIG_SCHEMA",
 )
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 DEFAULT_MODEL: Final = "claude-sonnet-4-5"
@@ -88,6 +100,50 @@ _SPEC: Final = ProviderSpec(
 _DEFAULT_THINKING_BUDGET: Final = 10_000
 _MIN_THINKING_BUDGET: Final = 1_024  # the API's floor for budget_tokens
 _EPHEMERAL: Final = {"type": "ephemeral"}
+
+
+@attrs.frozen(kw_only=True)
+class ApiVersion:
+    """What requests sent under one ``anthropic-version`` may contain."""
+
+    version: str
+    sampling_together: bool
+    """``temperature`` and ``top_p`` in one request; when not, only ``temperature`` goes."""
+
+
+API_VERSIONS: Final[Mapping[str, ApiVersion]] = {
+    "2023-06-01": ApiVersion(version="2023-06-01", sampling_together=True),
+}
+"""The ``anthropic-version`` values we know, and what each accepts.
+
+``2023-06-01`` (the named-event stream format our decoder reads) is the oldest we can talk
+to. A later, unknown version gets the shape the newest API accepts: ``temperature`` or
+``top_p``, never both (the newest SDK's version no longer accepts them together).
+"""
+
+_NEWER: Final = ApiVersion(version="newer", sampling_together=False)
+_DATE: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def api_version(version: str) -> ApiVersion:
+    """The capabilities of ``version`` (a ``YYYY-MM-DD`` date); ``ConfigError`` for a
+    malformed one or one older than every version we can talk to."""
+    if version in API_VERSIONS:
+        return API_VERSIONS[version]
+    if not _DATE.fullmatch(version):
+        msg = f"anthropic_version: expected a date YYYY-MM-DD, got {version!r}"
+        raise ConfigError(msg)
+    oldest = min(API_VERSIONS)
+    if version < oldest:
+        msg = (
+            f"anthropic_version: {version!r} is older than {oldest}, the first version whose "
+            "Messages stream format this provider reads"
+        )
+        raise ConfigError(msg)
+    newest = max(API_VERSIONS)
+    if version < newest:  # between two known versions: the older one's rules apply
+        return API_VERSIONS[max(v for v in API_VERSIONS if v < version)]
+    return attrs.evolve(_NEWER, version=version)
 
 
 class AnthropicProvider(HTTPProvider):
@@ -125,6 +181,7 @@ class AnthropicProvider(HTTPProvider):
             raise ConfigError(msg)
         self.prompt_caching = bool(cfg.get("prompt_caching", True))
         version = header_value(cfg.get("anthropic_version") or API_VERSION, "anthropic_version")
+        self.api_version = api_version(version)
         headers = {"accept": "application/json", "anthropic-version": version}
         if settings.api_key:
             headers["x-api-key"] = settings.api_key
@@ -222,7 +279,15 @@ class AnthropicProvider(HTTPProvider):
             if temperature is not None:
                 payload["temperature"] = temperature
             if request.top_p is not None:
-                payload["top_p"] = request.top_p
+                if "temperature" not in payload or self.api_version.sampling_together:
+                    payload["top_p"] = request.top_p
+                else:
+                    _log.debug(
+                        "%s: top_p not sent: anthropic-version %s takes temperature or top_p, "
+                        "not both",
+                        self._name,
+                        self.api_version.version,
+                    )
         if request.stop:
             payload["stop_sequences"] = request.stop
         if self.prompt_caching:
@@ -318,7 +383,8 @@ def _user_blocks(content: str | list[ContentBlock]) -> list[dict[str, Any]]:
 
 
 def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
-    """Thinking (signed) and redacted thinking first as given, text, then tool_use."""
+    """The blocks in their order: thinking (signed), redacted thinking, text, server-tool
+    blocks (verbatim) and tool_use; then calls only in ``tool_calls``."""
     blocks: list[dict[str, Any]] = []
     seen: set[str] = set()
     content = (
@@ -333,6 +399,8 @@ def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
             blocks.append({"type": "redacted_thinking", "data": block.data})
         elif isinstance(block, TextBlock) and block.text:
             blocks.append({"type": "text", "text": block.text})
+        elif isinstance(block, ProviderBlock) and block.provider == _SPEC.id:
+            blocks.append(copy.deepcopy(block.data))  # verbatim; cache_control may be added
         elif isinstance(block, ToolCallBlock) and block.id not in seen:
             seen.add(block.id)
             blocks.append(_tool_use(block.id, block.name, block.input))
@@ -403,7 +471,7 @@ def parse_message(body: Mapping[str, Any]) -> ChatResponse:
     raw_content = body.get("content") or []
     if not isinstance(raw_content, list):
         raise TypeError(f"content is {type(raw_content).__name__}, not a list")
-    content = [block for raw in raw_content if (block := _block(raw)) is not None]
+    content = [_block(raw) for raw in raw_content]
     stop_reason = body.get("stop_reason")
     text_field(stop_reason, "stop_reason")
     content = _mark_truncated(content, stop_reason, None)
@@ -438,7 +506,7 @@ def _mark_truncated(
     return [*content[:-1], marked]
 
 
-def _block(raw: Mapping[str, Any]) -> ContentBlock | None:
+def _block(raw: Mapping[str, Any]) -> ContentBlock:
     kind = raw.get("type")
     if kind == "text":
         return TextBlock(text=text_field(raw.get("text"), "a text block"))
@@ -460,7 +528,11 @@ def _block(raw: Mapping[str, Any]) -> ContentBlock | None:
             name=text_field(raw.get("name"), "a tool_use name"),
             input=raw_input or {},
         )
-    return None  # server tools and future block types are not ours to interpret
+    if not isinstance(kind, str):
+        raise TypeError(f"a content block's type is {type(kind).__name__}, not a string")
+    # server tools (server_tool_use, web_search_tool_result…) and future block types are
+    # not ours to interpret: kept verbatim, sent back unchanged
+    return ProviderBlock(provider=_SPEC.id, data=dict(raw))
 
 
 def parse_usage(usage: Mapping[str, Any] | None) -> Usage | None:
@@ -570,11 +642,12 @@ class _StreamState:
             part = delta.get("partial_json", "")
             self.json_parts.setdefault(index, []).append(part)
             if part:
+                kind = str(self.blocks[index].get("type"))
                 return [
                     {
                         "type": "content_block:delta",
                         "index": index,
-                        "block_type": "tool_call",
+                        "block_type": _KINDS.get(kind, kind),
                         "delta": part,
                     }
                 ]
@@ -598,9 +671,9 @@ class _StreamState:
             raw["input"] = (
                 decode_tool_arguments(self.last_json) if parts else raw.get("input") or {}
             )
+        elif self.json_parts.get(index):  # a server tool's input, streamed as JSON
+            raw["input"] = json.loads("".join(self.json_parts[index]))
         block = _block(raw)
-        if block is None:
-            return []
         self.finished.append(block)
         return [{"type": "content_block:end", "index": index, "block": block}]
 

@@ -41,7 +41,7 @@ import json
 import threading
 from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 import anyio
 import attrs
@@ -186,7 +186,35 @@ async def _await(value: Any) -> ToolResult:
 
 
 @attrs.define(eq=False)
-class ThreadExecutor(_Builtin):
+class _Limited(_Builtin):
+    """A built-in executor whose calls share one limiter of ``max_workers`` (None: the
+    backend's default limiter for threads or processes, shared with the whole process)."""
+
+    max_workers: int | None = attrs.field(
+        default=None, validator=number(minimum=1, exclusive=False, optional=True, integer=True)
+    )
+    _limiter: anyio.CapacityLimiter | None = attrs.field(init=False, default=None)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], field: str = "executor") -> Self:
+        """Build from a plan's ``config`` table (``max_workers``)."""
+        _unknown(config, ("max_workers",), field)
+        return cls(max_workers=_max_workers(config, field))
+
+    def _default_limiter(self) -> anyio.CapacityLimiter:
+        raise NotImplementedError
+
+    def _limit(self) -> anyio.CapacityLimiter:
+        if self._limiter is None:
+            if self.max_workers is None:
+                self._limiter = self._default_limiter()
+            else:
+                self._limiter = anyio.CapacityLimiter(self.max_workers)
+        return self._limiter
+
+
+@attrs.define(eq=False)
+class ThreadExecutor(_Limited):
     """Each call in a worker thread, under one limiter shared by all its calls.
 
     ``max_workers``: threads at once (None: anyio's default thread limiter, shared with
@@ -194,25 +222,10 @@ class ThreadExecutor(_Builtin):
     its side effects happen, and its result is the call's result if it arrived in time.
     """
 
-    max_workers: int | None = attrs.field(
-        default=None, validator=number(minimum=1, exclusive=False, optional=True, integer=True)
-    )
     name: str = "thread"
-    _limiter: anyio.CapacityLimiter | None = attrs.field(init=False, default=None)
 
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any], field: str = "executor") -> ThreadExecutor:
-        """Build from a plan's ``config`` table (``max_workers``)."""
-        _unknown(config, ("max_workers",), field)
-        return cls(max_workers=_max_workers(config, field))
-
-    def _limit(self) -> anyio.CapacityLimiter:
-        if self._limiter is None:
-            if self.max_workers is None:
-                self._limiter = anyio.to_thread.current_default_thread_limiter()
-            else:
-                self._limiter = anyio.CapacityLimiter(self.max_workers)
-        return self._limiter
+    def _default_limiter(self) -> anyio.CapacityLimiter:
+        return anyio.to_thread.current_default_thread_limiter()
 
     async def run(
         self, call: ToolCall, tool: Tool, tool_input: Any, ctx: ToolExecutionContext
@@ -224,7 +237,7 @@ class ThreadExecutor(_Builtin):
 
 
 @attrs.define(eq=False)
-class ProcessExecutor(_Builtin):
+class ProcessExecutor(_Limited):
     """Each call in a worker process that rebuilds the tool from its plan entry.
 
     The tool's module must be importable in the worker (an installed package or an entry
@@ -233,25 +246,10 @@ class ProcessExecutor(_Builtin):
     kills the worker process running the call.
     """
 
-    max_workers: int | None = attrs.field(
-        default=None, validator=number(minimum=1, exclusive=False, optional=True, integer=True)
-    )
     name: str = "process"
-    _limiter: anyio.CapacityLimiter | None = attrs.field(init=False, default=None)
 
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any], field: str = "executor") -> ProcessExecutor:
-        """Build from a plan's ``config`` table (``max_workers``)."""
-        _unknown(config, ("max_workers",), field)
-        return cls(max_workers=_max_workers(config, field))
-
-    def _limit(self) -> anyio.CapacityLimiter:
-        if self._limiter is None:
-            if self.max_workers is None:
-                self._limiter = anyio.to_process.current_default_process_limiter()
-            else:
-                self._limiter = anyio.CapacityLimiter(self.max_workers)
-        return self._limiter
+    def _default_limiter(self) -> anyio.CapacityLimiter:
+        return anyio.to_process.current_default_process_limiter()
 
     async def run(
         self, call: ToolCall, tool: Tool, tool_input: Any, ctx: ToolExecutionContext

@@ -20,6 +20,15 @@ thread cannot be interrupted, and abandoning it would let its side effect happen
 the turn reported the call cancelled. A tool that wants to stop early calls
 ``anyio.from_thread.check_cancelled()``. ``abandon_sync_tools`` opts back into
 abandoning (giving up the guarantee that nothing of the turn runs after it returns).
+
+Durable runs (``docs/durable.md``): when the context offers the
+:class:`~amplifier_anyio.interfaces.ToolJournal` protocol, each call is journaled as
+started right before its tool runs and as finished as soon as its result exists. A call
+whose approval is deferred (:class:`~amplifier_anyio.errors.ApprovalDeferred`, from the
+approval system or the tool) is journaled and held: its result is a pending placeholder
+and :attr:`ToolBatch.held` lists it. :meth:`ToolBatch.run_held` runs the calls of a
+batch already in the context (after a crash, or once approved) and puts their results in
+place of the placeholders.
 """
 
 from __future__ import annotations
@@ -35,19 +44,21 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from ..errors import ContextWriteError, unwrap_group
+from ..contexts._journal import pending_result
+from ..errors import ApprovalDeferred, ContextWriteError, unwrap_group
 from ..events import TOOL_ERROR, TOOL_POST, TOOL_PRE
 from ..kernel._cancellation import CancellationToken
 from ..kernel._coordinator import ModuleCoordinator
 from ..kernel._foreign import tool_result_of
 from ..kernel._tracing import ToolCallContext, current_trace_id, tool_call_scope
+from ..kernel._turns import PendingApproval
 from ..models import INVALID_ARGUMENTS_KEY, HookResult, ToolCall, ToolResult, unstructure
 from ..models._validators import number
 from ._executors import ToolExecutionContext
 from ._requests import pending_injection
 
 if TYPE_CHECKING:
-    from ..interfaces import ContextManager, Tool
+    from ..interfaces import ContextManager, Tool, ToolJournal
     from ..kernel._hooks import HookRegistry
 
 __all__ = ("ToolBatchConfig", "ToolBatch", "cancelled_result", "CANCELLED_MESSAGE")
@@ -105,6 +116,13 @@ class ToolBatch:
     succeeded: list[bool | None] = attrs.field(init=False)
     """Per call index: whether its result is a success (False for an error result, a
     denial, an unknown tool, bad arguments, a timeout; None while it has no result)."""
+    held: dict[int, PendingApproval] = attrs.field(factory=dict)
+    """Per call index: the calls whose approval was deferred (their result is a placeholder)."""
+    approved: frozenset[str] = frozenset()
+    """Call ids someone allowed after a deferral: ``ask_user`` does not ask them again."""
+    denied: Mapping[str, str] = attrs.field(factory=dict)
+    """Call id → prompt of deferred calls someone denied: answered without running."""
+    _journal: ToolJournal | None = attrs.field(init=False, default=None)
     _slots: list[str | None] = attrs.field(init=False)
     _trace_id: str | None = attrs.field(init=False, factory=current_trace_id)
     _token: CancellationToken = attrs.field(init=False)
@@ -138,6 +156,7 @@ class ToolBatch:
         Raises :class:`ContextWriteError` when a write failed or gave up (see the module
         docstring); the history is then never left with an unanswered call on our side.
         """
+        self._journal = _journal_of(context)
         # Shielded so that a cancel can never leave the results without their call message.
         failure = await self._write("the assistant message", context.add_message, assistant_message)
         if failure is not None:
@@ -156,6 +175,37 @@ class ToolBatch:
         if failure is not None:
             await anyio.lowlevel.checkpoint_if_cancelled()  # as for the assistant message
             raise failure
+
+    async def run_held(self, context: ContextManager) -> None:
+        """Run calls whose assistant message and placeholder results are in ``context``
+        already (resuming a batch), then put their results in place of the placeholders.
+
+        ``context`` must offer ``replace_results`` (context-persistent does).
+        """
+        self._journal = _journal_of(context)
+        try:
+            await self._run_all()
+        finally:
+            failure = await self._write(
+                f"the results of {len(self.calls)} resumed tool calls",
+                self._replace_results,
+                context,
+            )
+        if failure is not None:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            raise failure
+
+    async def _run_all(self) -> None:
+        if self.config.parallel and len(self.calls) > 1:
+            await self._run_parallel()
+        else:
+            for index, call in enumerate(self.calls):
+                await self._execute(index, call)
+
+    async def _replace_results(self, context: Any) -> None:
+        await context.replace_results(self._result_messages())
+        if self.deferred_messages:
+            await context.add_messages(self.deferred_messages)
 
     async def _write(
         self, what: str, write: Callable[[Any], Awaitable[None]], arg: Any
@@ -198,8 +248,8 @@ class ToolBatch:
         async with limiter:
             await self._execute(index, call)
 
-    async def _write_results(self, context: ContextManager) -> None:
-        messages = [
+    def _result_messages(self) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = [
             {
                 "role": "tool",
                 "tool_call_id": call.id,
@@ -208,6 +258,12 @@ class ToolBatch:
             }
             for call, slot in zip(self.calls, self._slots, strict=True)
         ]
+        for index in self.held:
+            messages[index]["metadata"] = {"pending_approval": True}
+        return messages
+
+    async def _write_results(self, context: ContextManager) -> None:
+        messages = self._result_messages()
         messages.extend(self.deferred_messages)
         add_many = getattr(context, "add_messages", None)
         if add_many is not None:
@@ -238,6 +294,8 @@ class ToolBatch:
         never reaches the context or a request.
         """
         result: HookResult = await self.hooks.emit(event, data)
+        if result.action == "ask_user" and data.get("tool_call_id") in self.approved:
+            result = attrs.evolve(result, action="continue")  # allowed after its deferral
         injection = result.action == "inject_context" and bool(result.context_injection)
         sent = (
             attrs.evolve(result, ephemeral=True) if injection and not result.ephemeral else result
@@ -270,7 +328,12 @@ class ToolBatch:
         (few coroutine frames) on purpose.
         """
         self._token.register_tool_start(call.id, call.name)
+        tool_input: Any = None
         try:
+            if call.id in self.denied:
+                self._slots[index] = f"Denied by user: {self.denied[call.id]}"
+                self.succeeded[index] = False
+                return
             tool_input, problem = _decode_arguments(call.arguments)
             if self.hooks.has_handlers(TOOL_PRE):
                 payload = self._payload(index, call, tool_input)
@@ -290,19 +353,32 @@ class ToolBatch:
             elif problem is not None:
                 result = await self._error(index, call, "InvalidArgumentsError", problem)
             else:
-                result = await self._invoke(index, call, tool, tool_input)
-            self._slots[index] = _content_of(result)
+                # no journal, no extra await: this is the hot path
+                key = None
+                if self._journal is not None:
+                    key = await self._journal_start(call, tool, tool_input)
+                result = await self._invoke(index, call, tool, tool_input, key)
+            content = self._slots[index] = _content_of(result)
             self.succeeded[index] = result.success
+            journaled = self._journal is not None and tool is not None and problem is None
+            if journaled:
+                await self._journal_finish(call, content, result.success)
             replaced = await self._post(index, call, tool_input, result)
             if replaced is not None:
                 self._slots[index] = replaced
+                if journaled:
+                    await self._journal_finish(call, replaced, result.success)
+        except ApprovalDeferred as deferral:
+            await self._hold_call(index, call, tool_input, deferral.prompt)
         except Exception as exc:  # noqa: BLE001 - one call's failure is that call's result
             logger.warning("tool call %s (%s) failed: %r", call.id, call.name, exc)
             await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
         finally:
             self._token.register_tool_complete(call.id)
 
-    async def _invoke(self, index: int, call: ToolCall, tool: Any, tool_input: Any) -> ToolResult:
+    async def _invoke(
+        self, index: int, call: ToolCall, tool: Any, tool_input: Any, key: str | None = None
+    ) -> ToolResult:
         """Execute the tool under its timeout, with its call context visible to it."""
         context = ToolCallContext(
             tool_call_id=call.id,
@@ -310,6 +386,8 @@ class ToolBatch:
             parallel_group_id=self.parallel_group_id,
             index=index,
             trace_id=self._trace_id,
+            idempotency_key=key,
+            approved=call.id in self.approved,
         )
         timeout = self.config.tool_timeout
         with tool_call_scope(context):
@@ -322,6 +400,8 @@ class ToolBatch:
                     return _as_result(await work, call.name)
                 with anyio.move_on_after(timeout):
                     return _as_result(await work, call.name)
+            except ApprovalDeferred:
+                raise  # the tool asks for an approval: the call is held, not failed
             except Exception as exc:  # noqa: BLE001 - a failing tool is a result, not a crash
                 return await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
         return await self._error(index, call, "TimeoutError", f"timed out after {timeout} s")
@@ -350,6 +430,64 @@ class ToolBatch:
             result: Awaitable[Any] = execute(tool_input)
             return result
         return _in_thread(execute, tool_input, abandon=self.config.abandon_sync_tools)
+
+    # -- the journal (only with a context that offers it) -----------------------------------
+
+    async def _journal_start(self, call: ToolCall, tool: Any, tool_input: Any) -> str | None:
+        """Record the call as started (fsynced) before it runs; its idempotency key.
+
+        Raises (the call's error result, the tool not run) when the record cannot be
+        written: running it unrecorded could run it twice after a crash."""
+        if self._journal is None:
+            return None
+        idempotent = getattr(tool, "idempotent", False) is True
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.write_timeout):
+            return await self._journal.journal_started(
+                call.id, call.name, tool_input, idempotent=idempotent
+            )
+        msg = f"journaling the call gave up after {self.config.write_timeout} s; not run"
+        raise ContextWriteError(msg)
+
+    async def _journal_finish(self, call: ToolCall, content: str, success: bool) -> None:
+        """Record the call's result as soon as it exists; a failure is a problem of the
+        batch (the result still reaches the context with the batch's messages)."""
+        if self._journal is None:
+            return
+        timeout = self.config.write_timeout
+        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout) as bound:
+            try:
+                await self._journal.journal_finished(call.id, content, success=success)
+            except Exception as exc:  # noqa: BLE001 - reported, the result is kept
+                self._problem(f"journaling the result of {call.id} failed: {exc}")
+        if bound.cancelled_caught:
+            self._problem(f"journaling the result of {call.id} gave up after {timeout} s")
+
+    async def _hold_call(self, index: int, call: ToolCall, tool_input: Any, prompt: str) -> None:
+        """Hold a call whose approval was deferred; without a journal, deny it."""
+        if self._journal is None:
+            self._slots[index] = (
+                "Denied: the approval was deferred, but the context cannot hold the call"
+            )
+            self.succeeded[index] = False
+            return
+        problem = f"holding the call gave up after {self.config.write_timeout} s"
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.write_timeout):
+            try:
+                await self._journal.journal_deferred(call.id, call.name, tool_input, prompt)
+            except Exception as exc:  # noqa: BLE001 - this call's error result
+                problem = f"holding the call failed: {type(exc).__name__}: {exc}"
+            else:
+                self._slots[index] = pending_result(call.id, call.name, prompt)["content"]
+                self.succeeded[index] = False
+                self.held[index] = PendingApproval(
+                    call_id=call.id, tool=call.name, input=tool_input, prompt=prompt
+                )
+                return
+        await self._error(index, call, "ContextWriteError", problem)
+
+    def _problem(self, problem: str) -> None:
+        logger.error("%s", problem)
+        self.problems.append(problem)
 
     async def _error(self, index: int, call: ToolCall, kind: str, message: str) -> ToolResult:
         result = ToolResult(success=False, error={"message": message, "type": kind})
@@ -383,6 +521,11 @@ class ToolBatch:
         except (TypeError, ValueError) as exc:
             msg = f"a tool:post hook gave a result that is not JSON: {exc}"
             raise TypeError(msg) from exc
+
+
+def _journal_of(context: Any) -> ToolJournal | None:
+    journal: ToolJournal | None = context if hasattr(context, "journal_started") else None
+    return journal
 
 
 def _field(data: Any, key: str, default: Any) -> Any:

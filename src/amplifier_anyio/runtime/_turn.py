@@ -14,6 +14,13 @@ shield: ``cancel:completed`` (only when the status is ``cancelled``), ``prompt:c
 its own bound, so one hung observer cannot drop the others; an expired bound is logged
 at error level and recorded in :attr:`TurnResult.problems`. A host cancel is re-raised
 after the terminal events; every other ending is a :class:`TurnResult`.
+
+A turn also ends when a tool batch holds a call for an approval that outlives it
+(status ``awaiting_approval``, the held calls in ``TurnResult.pending_approvals``). A
+*resuming* turn (``session.resume()``) skips the prompt: it runs what the last batch left
+to do (idempotent calls a crash interrupted, calls since allowed or denied) and goes on
+with the provider from there — or ends at once when the history already ends with the
+answer. See ``docs/durable.md``.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from ..events import (
 )
 from ..kernel._foreign import chat_response_of
 from ..kernel._tracing import trace_scope
-from ..kernel._turns import TurnResult, TurnStatus
+from ..kernel._turns import PendingApproval, TurnResult, TurnStatus
 from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
 from ..models._validators import number
 from ._requests import (
@@ -95,6 +102,7 @@ _EXECUTION_STATUS = {
     TurnStatus.INCOMPLETE: "incomplete",
     TurnStatus.ERROR: "error",
     TurnStatus.CANCELLED: "cancelled",
+    TurnStatus.AWAITING_APPROVAL: "awaiting_approval",
 }
 
 
@@ -144,6 +152,9 @@ class Turn:
     """Ephemeral injections waiting for the next request."""
     problems: list[str] = attrs.field(factory=list)
     provider_name: str = ""
+    resuming: bool = False
+    """Continue the turn the history ends in instead of starting one (``session.resume``)."""
+    pending_approvals: tuple[PendingApproval, ...] = ()
 
     def result(self) -> TurnResult:
         """How the turn ended (or stands)."""
@@ -156,6 +167,7 @@ class Turn:
             trace_id=self.trace_id,
             finish_reason=self.finish_reason,
             problems=tuple(self.problems),
+            pending_approvals=self.pending_approvals,
         )
 
     async def run(self) -> TurnResult:
@@ -165,7 +177,10 @@ class Turn:
         with trace_scope(self.trace_id):
             try:
                 with anyio.CancelScope(deadline=deadline) as scope, self._bind_scope(scope):
-                    await self.hooks.emit(EXECUTION_START, {"prompt": self.prompt})
+                    start: dict[str, Any] = {"prompt": self.prompt}
+                    if self.resuming:
+                        start["resumed"] = True
+                    await self.hooks.emit(EXECUTION_START, start)
                     await self._loop()
             except Exception as exc:  # noqa: BLE001 - any failure ends the turn with status error
                 self.status, self.error = TurnStatus.ERROR, exc
@@ -189,15 +204,9 @@ class Turn:
     # -- the loop --------------------------------------------------------------------------
 
     async def _loop(self) -> None:
-        submitted = await self.hook(PROMPT_SUBMIT, {"prompt": self.prompt})
-        if submitted.action == "deny":
-            self._deny(submitted)
+        provider = await (self._resume() if self.resuming else self._begin())
+        if provider is None:
             return
-        self.queue_ephemeral(submitted)
-        # Chosen before the prompt is stored: a plan without a usable provider must not
-        # leave a user message that the next turn would send twice.
-        self.provider_name, provider = select_provider(self.providers, self.config.default_provider)
-        await self.context.add_message({"role": "user", "content": self.prompt})
         limit = self.config.max_iterations
         pauses = 0
         while limit == -1 or self.iterations < limit:
@@ -218,8 +227,67 @@ class Turn:
                 await self._answer(response)
                 return
             await (self.run_tools or Turn.run_batch)(self, response, calls)
+            if self._held():
+                return
         if not self._stopped():
             await self._wrap_up(provider)
+
+    async def _begin(self) -> Provider | None:
+        """``prompt:submit`` and the user message; the provider, or None when denied."""
+        submitted = await self.hook(PROMPT_SUBMIT, {"prompt": self.prompt})
+        if submitted.action == "deny":
+            self._deny(submitted)
+            return None
+        self.queue_ephemeral(submitted)
+        # Chosen before the prompt is stored: a plan without a usable provider must not
+        # leave a user message that the next turn would send twice.
+        provider: Provider
+        self.provider_name, provider = select_provider(self.providers, self.config.default_provider)
+        await self.context.add_message({"role": "user", "content": self.prompt})
+        return provider
+
+    async def _resume(self) -> Provider | None:
+        """Finish the last batch's held calls; the provider to go on with, or None when
+        the turn ends here (still awaiting an approval, or already answered)."""
+        provider: Provider
+        self.provider_name, provider = select_provider(self.providers, self.config.default_provider)
+        work_of = getattr(self.context, "resume_work", None)
+        if work_of is not None:
+            work = await work_of()
+            held = [*work.run, *work.denied]
+            if work.assistant is not None and held:
+                batch = ToolBatch(
+                    calls=[c for c in _calls_of(work.assistant) if c.id in held],
+                    tools=self.tools,
+                    hooks=self.hooks,
+                    coordinator=self.coordinator,
+                    config=self.batch,
+                    approved=work.approved,
+                    denied=work.denied,
+                )
+                try:
+                    await batch.run_held(self.context)
+                finally:
+                    self.injections.extend(batch.pending_injections)
+                    self.problems.extend(batch.problems)
+            if self._held():
+                return None
+        messages = await self.context.get_messages()
+        own = [m for m in messages if (m.get("metadata") or {}).get("source") != "hook"]
+        last = own[-1] if own else None
+        if last is None or (last.get("role") == "assistant" and not last.get("tool_calls")):
+            self.text = _text_of(last) if last is not None else ""
+            return None  # nothing left to do: the history ends with the answer
+        return provider
+
+    def _held(self) -> bool:
+        """Whether the last batch holds calls for an approval (the turn then ends)."""
+        pending_of = getattr(self.context, "pending_approvals", None)
+        pending = tuple(pending_of()) if pending_of is not None else ()
+        if not pending:
+            return False
+        self.status, self.pending_approvals = TurnStatus.AWAITING_APPROVAL, pending
+        return True
 
     def _stopped(self) -> bool:
         """A graceful cancel stops the turn before its next provider call."""
@@ -398,3 +466,28 @@ class Turn:
             problem = f"{what}: its hooks did not finish within {timeout} s and were stopped"
             logger.error(problem)
             self.problems.append(problem)
+
+
+def _calls_of(message: dict[str, Any]) -> list[ToolCall]:
+    """The tool calls of a stored assistant message."""
+    found = []
+    for item in message.get("tool_calls") or ():
+        arguments = item.get("arguments")
+        found.append(
+            ToolCall(id=str(item["id"]), name=str(item["name"]), arguments=arguments or {})
+        )
+    return found
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    """The text of a stored assistant message."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(block.get("text", ""))
+            for block in content
+            if isinstance(block, dict) and block.get("type") == "text"
+        )
+    return ""

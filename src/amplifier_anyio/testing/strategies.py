@@ -35,6 +35,7 @@ from ..models import (
     Message,
     ModelInfo,
     ModuleInfo,
+    ProviderBlock,
     ProviderInfo,
     ReasoningBlock,
     RedactedThinkingBlock,
@@ -61,6 +62,7 @@ __all__ = (
     "tool_result_blocks",
     "image_blocks",
     "reasoning_blocks",
+    "provider_blocks",
     "content_blocks",
     # messages and the provider envelope
     "tool_calls",
@@ -211,8 +213,23 @@ def reasoning_blocks() -> st.SearchStrategy[ReasoningBlock]:
     return st.builds(ReasoningBlock, content=parts, summary=parts, visibility=_visibilities())
 
 
+def provider_blocks() -> st.SearchStrategy[ProviderBlock]:
+    """A :class:`ProviderBlock`: a provider's own block (a server tool's) kept verbatim."""
+    data = st.builds(
+        lambda kind, rest: {**rest, "type": kind},
+        st.sampled_from(("server_tool_use", "web_search_tool_result", "web_fetch_tool_result")),
+        json_objects(),
+    )
+    return st.builds(
+        ProviderBlock,
+        provider=st.sampled_from(("anthropic",)),
+        data=data,
+        visibility=_visibilities(),
+    )
+
+
 def content_blocks() -> st.SearchStrategy[ContentBlock]:
-    """Any content block, of each of the seven types."""
+    """Any content block, of each of the eight types."""
     return st.one_of(
         text_blocks(),
         thinking_blocks(),
@@ -221,6 +238,7 @@ def content_blocks() -> st.SearchStrategy[ContentBlock]:
         tool_result_blocks(),
         image_blocks(),
         reasoning_blocks(),
+        provider_blocks(),
     )
 
 

@@ -1,0 +1,378 @@
+"""The tool-call journal of context-persistent: its records, their fold, and the recovery of
+a history from messages plus journal (pure functions; the file work is in :mod:`._jsonl`).
+
+The journal is a JSON-lines file beside the messages. Every record names its call by
+``call_id`` and ``at``: the position in the history right after the assistant message that
+made the call (so an id a provider reuses in a later turn is another call). Records:
+
+- ``started`` (``tool``, ``args_hash``, ``key``, ``idempotent``): written, fsynced, before
+  the tool runs;
+- ``finished`` (``content``, ``success``): the call's result as soon as it exists;
+- ``deferred`` (``tool``, ``input``, ``prompt``): the call waits for an approval;
+- ``decided`` (``decision``: ``allow`` | ``deny``): the approval's answer.
+
+A call without a result in the history is settled from its records on load: ``finished``
+gives that result (the call never runs again); ``deferred`` gives a *pending* placeholder;
+``started`` alone gives the interrupted result, or a *resumable* placeholder when its tool
+declared itself idempotent; no record gives the interrupted result. A placeholder is a
+complete tool message (so the history never has an orphaned call) that
+``session.resume()`` replaces with the real result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from ..kernel._turns import PendingApproval
+from ._messages import calls, result_ids
+
+__all__ = (
+    "STARTED",
+    "FINISHED",
+    "DEFERRED",
+    "DECIDED",
+    "CallState",
+    "fold",
+    "apply_record",
+    "recover",
+    "tail_batch",
+    "read_records",
+    "placeholders",
+    "owners",
+    "finished_result",
+    "pending_of",
+    "ResumeWork",
+    "resume_work",
+    "arguments_hash",
+    "idempotency_key",
+    "pending_result",
+    "resumable_result",
+    "is_placeholder",
+    "PENDING_MESSAGE",
+)
+
+STARTED = "started"
+FINISHED = "finished"
+DEFERRED = "deferred"
+DECIDED = "decided"
+
+PENDING_MESSAGE = "Tool call is awaiting approval"
+INTERRUPTED_ERROR = "Tool execution was interrupted"
+
+
+@attrs.define
+class CallState:
+    """What the journal knows of one call (the fold of its records)."""
+
+    call_id: str
+    at: int
+    tool: str = ""
+    started: bool = False
+    idempotent: bool = False
+    content: str | None = None
+    """The result's content once a ``finished`` record exists."""
+    success: bool | None = None
+    deferred: PendingApproval | None = None
+    decision: str | None = None
+
+
+def fold(records: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str], CallState]:
+    """Each call's state, by ``(at, call_id)``; records of unknown types are ignored."""
+    states: dict[tuple[int, str], CallState] = {}
+    for record in records:
+        apply_record(states, record)
+    return states
+
+
+def apply_record(states: dict[tuple[int, str], CallState], record: Mapping[str, Any]) -> None:
+    """Fold one more record into ``states``."""
+    at, call_id = record.get("at"), record.get("call_id")
+    if not isinstance(at, int) or not isinstance(call_id, str):
+        return
+    state = states.get((at, call_id))
+    if state is None:
+        state = states[(at, call_id)] = CallState(call_id=call_id, at=at)
+    kind = record.get("type")
+    if kind == STARTED:
+        state.started = True
+        state.tool = str(record.get("tool", state.tool))
+        state.idempotent = bool(record.get("idempotent", False))
+    elif kind == FINISHED and isinstance(record.get("content"), str):
+        state.content = record["content"]
+        state.success = bool(record.get("success", True))
+    elif kind == DEFERRED:
+        state.started = False  # the run (if any) ended in the deferral
+        state.tool = str(record.get("tool", state.tool))
+        state.deferred = PendingApproval(
+            call_id=call_id,
+            tool=state.tool,
+            input=record.get("input"),
+            prompt=str(record.get("prompt", "")),
+        )
+    elif kind == DECIDED and record.get("decision") in ("allow", "deny"):
+        state.decision = record["decision"]
+
+
+def read_records(data: bytes) -> list[dict[str, Any]]:
+    """The journal's records; a line that does not parse (torn by a crash) is skipped."""
+    records = []
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            continue
+        if isinstance(value, dict):
+            records.append(value)
+    return records
+
+
+def arguments_hash(arguments: Any) -> str:
+    """SHA-256 of the arguments' canonical JSON (sorted keys)."""
+    text = json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def idempotency_key(scope: str, at: int, call_id: str, args_hash: str) -> str:
+    """A key that is the same every time this call runs, and differs between calls."""
+    digest = hashlib.sha256(f"{scope}\0{at}\0{call_id}\0{args_hash}".encode())
+    return digest.hexdigest()[:32]
+
+
+def _tool_message(
+    call_id: str, name: str, content: str, metadata: dict[str, Any]
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id}
+    if name:
+        message["name"] = name
+    message["content"] = content
+    message["metadata"] = metadata
+    return message
+
+
+def pending_result(call_id: str, name: str, prompt: str) -> dict[str, Any]:
+    """The placeholder of a call that waits for an approval (what the model sees if the
+    conversation goes on without a decision)."""
+    payload = {"error": PENDING_MESSAGE, "awaiting_approval": True, "tool": name, "prompt": prompt}
+    return _tool_message(
+        call_id, name, json.dumps(payload, ensure_ascii=False), {"pending_approval": True}
+    )
+
+
+def interrupted_result(call_id: str, name: str) -> dict[str, Any]:
+    """The final result of a call the process died during (see persistent's)."""
+    payload = {"error": INTERRUPTED_ERROR, "interrupted": True, "tool": name}
+    return _tool_message(
+        call_id, name, json.dumps(payload, ensure_ascii=False), {"interrupted": True}
+    )
+
+
+def resumable_result(call_id: str, name: str) -> dict[str, Any]:
+    """The placeholder of an idempotent call that was running at a crash: the interrupted
+    result, marked so that ``session.resume()`` runs the call again."""
+    message = interrupted_result(call_id, name)
+    message["metadata"] = {"interrupted": True, "resumable": True}
+    return message
+
+
+def finished_result(call_id: str, name: str, content: str) -> dict[str, Any]:
+    """The result a ``finished`` record kept."""
+    return _tool_message(call_id, name, content, {"recovered": True})
+
+
+def is_placeholder(message: Mapping[str, Any]) -> bool:
+    """Whether ``message`` is a pending or resumable placeholder."""
+    metadata = message.get("metadata")
+    if message.get("role") != "tool" or not isinstance(metadata, Mapping):
+        return False
+    return bool(metadata.get("pending_approval") or metadata.get("resumable"))
+
+
+def _settle_open(state: CallState | None, call_id: str, name: str) -> dict[str, Any]:
+    if state is None:
+        return interrupted_result(call_id, name)
+    if state.content is not None:
+        return finished_result(call_id, name, state.content)
+    if state.deferred is not None and not state.started:
+        return pending_result(call_id, name, state.deferred.prompt)
+    if state.started and state.idempotent:
+        return resumable_result(call_id, name)
+    return interrupted_result(call_id, name)
+
+
+def _settle_placeholder(
+    message: dict[str, Any], state: CallState | None, call_id: str, name: str
+) -> dict[str, Any]:
+    if state is None:
+        return message
+    if state.content is not None:
+        return finished_result(call_id, name, state.content)
+    if state.started and not state.idempotent:
+        return interrupted_result(call_id, name)  # ran again, died again: never a third time
+    if state.started and (message.get("metadata") or {}).get("pending_approval"):
+        return resumable_result(call_id, name)
+    return message
+
+
+def owners(messages: list[dict[str, Any]]) -> dict[str, int]:
+    """For each call id, the ``at`` of the (latest) assistant message that makes it."""
+    found: dict[str, int] = {}
+    for index, message in enumerate(messages):
+        for call_id, _ in calls(message):
+            found[call_id] = index + 1
+    return found
+
+
+def recover(
+    messages: list[dict[str, Any]], states: Mapping[tuple[int, str], CallState]
+) -> tuple[list[dict[str, Any]], int, bool]:
+    """Settle the history against the journal: (messages, calls closed, changed).
+
+    Placeholders whose call moved on (finished, or died while re-run) are replaced in
+    place; every call without a result gets one (see the module docstring), right after
+    the results its assistant message already has, in call order. The input is not
+    changed.
+    """
+    settled = list(messages)
+    changed = False
+    owner: dict[str, int] = {}
+    for index, message in enumerate(messages):
+        for call_id, _ in calls(message):
+            owner[call_id] = index + 1
+        if is_placeholder(message):
+            call_id = str(message.get("tool_call_id"))
+            at = owner.get(call_id)
+            state = states.get((at, call_id)) if at is not None else None
+            new = _settle_placeholder(message, state, call_id, str(message.get("name", "")))
+            if new is not message:
+                settled[index], changed = new, True
+    missing = _missing_results(settled)
+    if not missing:
+        return settled, 0, changed
+    inserts: dict[int, list[dict[str, Any]]] = {}
+    for index, open_calls in missing.items():
+        own = {call_id for call_id, _ in calls(settled[index])}
+        position = index + 1
+        while position < len(settled) and own.intersection(result_ids(settled[position])):
+            position += 1
+        closing = [
+            _settle_open(states.get((index + 1, call_id)), call_id, name)
+            for call_id, name in open_calls
+        ]
+        inserts.setdefault(position, []).extend(closing)
+    repaired: list[dict[str, Any]] = []
+    for position, message in enumerate(settled):
+        repaired.extend(inserts.get(position, ()))
+        repaired.append(message)
+    repaired.extend(inserts.get(len(settled), ()))
+    return repaired, sum(len(closing) for closing in inserts.values()), True
+
+
+def _missing_results(messages: list[dict[str, Any]]) -> dict[int, list[tuple[str, str]]]:
+    answered_later: set[str] = set()
+    missing: dict[int, list[tuple[str, str]]] = {}
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        open_calls = [call for call in calls(message) if call[0] not in answered_later]
+        if open_calls:
+            missing[index] = open_calls
+        answered_later.update(result_ids(message))
+    return missing
+
+
+def tail_batch(messages: list[dict[str, Any]]) -> int | None:
+    """The index of the assistant message whose calls end the history (only their results
+    and hook injections after it), or None."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if calls(message):
+            return index
+        metadata = message.get("metadata")
+        from_hook = isinstance(metadata, Mapping) and metadata.get("source") == "hook"
+        if message.get("role") != "tool" and not from_hook:
+            return None
+    return None
+
+
+def placeholders(messages: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """``(at, message)`` of the tail batch's placeholders, in history order."""
+    index = tail_batch(messages)
+    if index is None:
+        return []
+    return [(index + 1, m) for m in messages[index + 1 :] if is_placeholder(m)]
+
+
+def pending_of(
+    messages: list[dict[str, Any]],
+    states: Mapping[tuple[int, str], CallState],
+    *,
+    undecided: bool = False,
+) -> list[PendingApproval]:
+    """The tail batch's calls held for an approval (only those without a decision yet
+    when ``undecided``)."""
+    pending = []
+    for at, message in placeholders(messages):
+        if not (message.get("metadata") or {}).get("pending_approval"):
+            continue
+        state = states.get((at, str(message.get("tool_call_id"))))
+        if state is None or state.deferred is None:
+            continue
+        if not (undecided and state.decision is not None):
+            pending.append(state.deferred)
+    return pending
+
+
+@attrs.frozen(kw_only=True)
+class ResumeWork:
+    """What ``session.resume()`` has to do with the tail batch of a history."""
+
+    assistant: dict[str, Any] | None
+    """The assistant message whose calls are held (None: nothing held)."""
+    run: tuple[str, ...] = ()
+    """Call ids to run: idempotent calls a crash interrupted, and allowed calls."""
+    approved: frozenset[str] = frozenset()
+    """Of ``run``, the calls someone allowed."""
+    denied: dict[str, str] = attrs.field(factory=dict)
+    """Call id → prompt of the calls someone denied."""
+    waiting: tuple[PendingApproval, ...] = ()
+    """Calls still without a decision."""
+
+
+def resume_work(
+    messages: list[dict[str, Any]], states: Mapping[tuple[int, str], CallState]
+) -> ResumeWork:
+    """What resuming the tail batch of ``messages`` involves."""
+    index = tail_batch(messages)
+    if index is None:
+        return ResumeWork(assistant=None)
+    run: list[str] = []
+    approved: set[str] = set()
+    denied: dict[str, str] = {}
+    waiting: list[PendingApproval] = []
+    for at, message in placeholders(messages):
+        call_id = str(message.get("tool_call_id"))
+        state = states.get((at, call_id))
+        if (message.get("metadata") or {}).get("resumable"):
+            run.append(call_id)
+        elif state is None or state.deferred is None:
+            continue  # a placeholder the journal no longer knows: it stays as it is
+        elif state.decision == "allow":
+            run.append(call_id)
+            approved.add(call_id)
+        elif state.decision == "deny":
+            denied[call_id] = state.deferred.prompt
+        else:
+            waiting.append(state.deferred)
+    return ResumeWork(
+        assistant=dict(messages[index]),
+        run=tuple(run),
+        approved=frozenset(approved),
+        denied=denied,
+        waiting=tuple(waiting),
+    )
