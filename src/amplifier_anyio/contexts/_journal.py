@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -252,26 +252,40 @@ def recover(
             new = _settle_placeholder(message, state, call_id, str(message.get("name", "")))
             if new is not message:
                 settled[index], changed = new, True
-    missing = _missing_results(settled)
+    repaired, closed = close_open_calls(
+        settled,
+        lambda index, call_id, name: _settle_open(states.get((index + 1, call_id)), call_id, name),
+    )
+    return repaired, closed, changed or closed > 0
+
+
+def close_open_calls(
+    messages: list[dict[str, Any]], closing: Callable[[int, str, str], dict[str, Any]]
+) -> tuple[list[dict[str, Any]], int]:
+    """Answer every assistant tool call no later message answers; (messages, count).
+
+    ``closing(index, call_id, name)`` builds the answer of a call of the assistant message
+    at ``index``. Answers go right after the results that message already has (the
+    messages directly after it that answer its calls), in call order. The input list is
+    not changed; when nothing is missing it is returned as is.
+    """
+    missing = _missing_results(messages)
     if not missing:
-        return settled, 0, changed
+        return messages, 0
     inserts: dict[int, list[dict[str, Any]]] = {}
     for index, open_calls in missing.items():
-        own = {call_id for call_id, _ in calls(settled[index])}
+        own = {call_id for call_id, _ in calls(messages[index])}
         position = index + 1
-        while position < len(settled) and own.intersection(result_ids(settled[position])):
+        while position < len(messages) and own.intersection(result_ids(messages[position])):
             position += 1
-        closing = [
-            _settle_open(states.get((index + 1, call_id)), call_id, name)
-            for call_id, name in open_calls
-        ]
-        inserts.setdefault(position, []).extend(closing)
+        answers = [closing(index, call_id, name) for call_id, name in open_calls]
+        inserts.setdefault(position, []).extend(answers)
     repaired: list[dict[str, Any]] = []
-    for position, message in enumerate(settled):
+    for position, message in enumerate(messages):
         repaired.extend(inserts.get(position, ()))
         repaired.append(message)
-    repaired.extend(inserts.get(len(settled), ()))
-    return repaired, sum(len(closing) for closing in inserts.values()), True
+    repaired.extend(inserts.get(len(messages), ()))
+    return repaired, sum(len(answers) for answers in inserts.values())
 
 
 def _missing_results(messages: list[dict[str, Any]]) -> dict[int, list[tuple[str, str]]]:

@@ -24,7 +24,6 @@ the messages are not added to the history either; the error is a
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from pathlib import Path
@@ -39,7 +38,7 @@ from ..kernel._turns import PendingApproval
 from . import _journal, _jsonl
 from ._journal import ResumeWork
 from ._jsonl import ContextFileError
-from ._messages import calls, result_ids
+from ._messages import calls
 from .compaction import Estimator
 from .simple import CONFIG_SCHEMA as SIMPLE_SCHEMA
 from .simple import DEFAULTS, SimpleContextManager, settings_from_config
@@ -69,7 +68,7 @@ CONTEXT_MESSAGES_FILENAME = "context-messages.jsonl"
 AMPLIFIER_HOME_ENV = "AMPLIFIER_HOME"
 """The environment variable that moves :func:`amplifier_home` (default ``~/.amplifier``)."""
 
-INTERRUPTED_ERROR = "Tool execution was interrupted"
+INTERRUPTED_ERROR = _journal.INTERRUPTED_ERROR
 
 MODULE_ID = "context-persistent"
 
@@ -92,13 +91,7 @@ def interrupted_result(call_id: str, name: str) -> dict[str, Any]:
     "interrupted": true, "tool": name}``, the same shape as the cancelled result of the
     orchestrators; ``metadata.interrupted`` marks it.
     """
-    payload = {"error": INTERRUPTED_ERROR, "interrupted": True, "tool": name}
-    message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id}
-    if name:
-        message["name"] = name
-    message["content"] = json.dumps(payload, ensure_ascii=False)
-    message["metadata"] = {"interrupted": True}
-    return message
+    return _journal.interrupted_result(call_id, name)
 
 
 def close_interrupted_tool_calls(
@@ -110,35 +103,9 @@ def close_interrupted_tool_calls(
     (the messages directly after it that answer its calls), in call order. The input list
     is not changed; when nothing is missing it is returned as is.
     """
-    missing = _missing_results(messages)
-    if not missing:
-        return messages, 0
-    inserts: dict[int, list[dict[str, Any]]] = {}
-    for index, open_calls in missing.items():
-        own = {call_id for call_id, _ in calls(messages[index])}
-        position = index + 1
-        while position < len(messages) and own.intersection(result_ids(messages[position])):
-            position += 1
-        closing = [interrupted_result(call_id, name) for call_id, name in open_calls]
-        inserts.setdefault(position, []).extend(closing)
-    repaired: list[dict[str, Any]] = []
-    for position, message in enumerate(messages):
-        repaired.extend(inserts.get(position, ()))
-        repaired.append(message)
-    repaired.extend(inserts.get(len(messages), ()))
-    return repaired, sum(len(closing) for closing in inserts.values())
-
-
-def _missing_results(messages: list[dict[str, Any]]) -> dict[int, list[tuple[str, str]]]:
-    answered_later: set[str] = set()
-    missing: dict[int, list[tuple[str, str]]] = {}
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        open_calls = [call for call in calls(message) if call[0] not in answered_later]
-        if open_calls:
-            missing[index] = open_calls
-        answered_later.update(result_ids(message))
-    return missing
+    return _journal.close_open_calls(
+        messages, lambda _index, call_id, name: interrupted_result(call_id, name)
+    )
 
 
 class PersistentContextManager(SimpleContextManager):

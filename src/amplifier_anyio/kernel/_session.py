@@ -286,9 +286,12 @@ class AmplifierSession:
         """Clean up what a failed start mounted; the start's own error stays the one raised."""
         self._ready_hooks.clear()
         try:
+            # Shielded; each cleanup function is bounded by coordinator.cleanup_timeout.
             with anyio.CancelScope(shield=True):
                 await self.coordinator.cleanup()
-        except BaseException:
+        except BaseException:  # logged; the start's own error is re-raised by the caller
+            # Even a module's SystemExit in cleanup must not replace the error the host
+            # needs to see (issue 11); nothing outside can cancel inside the shield.
             logger.exception("cleaning up after a failed session start failed too")
         finally:
             self.loader.cleanup()
