@@ -25,11 +25,13 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.abc import Process
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from amplifier_anyio.contexts import PersistentContextManager
 from amplifier_anyio.contexts._messages import calls, result_ids
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _fork_lane import Lane
 
 pytestmark = [
     pytest.mark.anyio,
@@ -40,28 +42,6 @@ HELPER = Path(__file__).with_name("_durable_crash_writer.py")
 
 LANES = 2
 KILLS_PER_LANE = 55  # x 2 lanes x 2 backends = 220 kills per test run
-
-
-class Lane:
-    def __init__(self, process: Process) -> None:
-        self.process = process
-        assert process.stdout is not None
-        self.lines = BufferedByteReceiveStream(process.stdout)
-        self.pending: list[str] = []
-
-    async def send(self, command: str) -> None:
-        assert self.process.stdin is not None
-        await self.process.stdin.send(command.encode() + b"\n")
-
-    async def take(self, prefix: str) -> str:
-        """The first unclaimed line starting with ``prefix`` (server and writer lines
-        arrive in any order, so they are kept until claimed)."""
-        while True:
-            for line in self.pending:
-                if line.startswith(prefix):
-                    self.pending.remove(line)
-                    return line
-            self.pending.append((await self.lines.receive_until(b"\n", 4096)).decode())
 
 
 def check(messages: list[dict[str, Any]], side_effects: Path) -> int:

@@ -21,10 +21,12 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.abc import Process
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from amplifier_anyio.contexts import PersistentContextManager
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _fork_lane import Lane
 
 pytestmark = [
     pytest.mark.anyio,
@@ -40,31 +42,6 @@ _spec.loader.exec_module(writer)
 
 LANES = 2
 KILLS_PER_LANE = 14  # x 2 lanes x 2 backends = 56 kills per test run
-
-
-class Lane:
-    def __init__(self, process: Process) -> None:
-        self.process = process
-        assert process.stdout is not None
-        self.lines = BufferedByteReceiveStream(process.stdout)
-        self.pending: list[str] = []
-
-    async def send(self, command: str) -> None:
-        assert self.process.stdin is not None
-        await self.process.stdin.send(command.encode() + b"\n")
-
-    async def take(self, prefix: str) -> str:
-        """The first unclaimed line starting with ``prefix``, waiting for it if need be.
-
-        Lines of the server and of its writers arrive in any order, so they are kept
-        until claimed.
-        """
-        while True:
-            for line in self.pending:
-                if line.startswith(prefix):
-                    self.pending.remove(line)
-                    return line
-            self.pending.append((await self.lines.receive_until(b"\n", 4096)).decode())
 
 
 def check(messages: list[dict[str, Any]]) -> int:
