@@ -4,27 +4,44 @@ Exit codes: 0 ok; 1 the turn failed; 2 bad usage, a bad plan, or a session that 
 start (one line on stderr, no traceback); 130 interrupted (Ctrl-C, on either backend).
 
 One module per command: :mod:`.run`, :mod:`.chat`, :mod:`.validate`, :mod:`.bench`; a
-group of sub-commands is a module with its own Typer app, added with ``app.add_typer``
-(:mod:`.sessions`, :mod:`.mcp`). Shared helpers are in ``_common`` and the plan
-options in ``_plans``.
+group of sub-commands is a module with its own Typer app (:mod:`.sessions`, :mod:`.mcp`).
+Shared helpers are in ``_common`` and the plan options in ``_plans``.
+
+The commands are declared, not imported: :data:`COMMANDS` names each one's module, which
+is imported when that command is invoked (``--help`` lists them all and imports them all).
+``amplifier-anyio run`` therefore loads neither the chat loop nor the benchmark nor MCP
+(see ``_lazy``, and ``docs/benchmarks.md``, "Start-up").
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from .. import __version__
-from . import bench, chat, mcp, run, sessions, validate
-from ._common import out, say
-from ._plans import DEFAULT_PLAN
+from ._lazy import LazyCommand, lazy_group
 
-__all__ = ("DEFAULT_PLAN", "app", "main")
+if TYPE_CHECKING:
+    from ._plans import DEFAULT_PLAN
+
+__all__ = ("COMMANDS", "DEFAULT_PLAN", "app", "main")
+
+COMMANDS: tuple[LazyCommand, ...] = (
+    LazyCommand("run", "run", "run_command"),
+    LazyCommand("chat", "chat", "chat_command"),
+    LazyCommand("validate", "validate", "validate_command"),
+    LazyCommand("bench", "bench", "bench_command"),
+    LazyCommand("sessions", "sessions", "app", group=True),
+    LazyCommand("mcp", "mcp", "app", group=True),
+)
+"""The commands in the order ``--help`` lists them: name, module of this package, and the
+function (or, for a group of sub-commands, the Typer app) that module defines."""
 
 app = typer.Typer(
     name="amplifier-anyio",
     help="An Amplifier-style agent runtime on AnyIO: runs on asyncio and trio.",
+    cls=lazy_group(COMMANDS),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -33,6 +50,8 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
+        from ._common import out, say
+
         say(f"amplifier-anyio {__version__}", console=out)
         raise typer.Exit
 
@@ -47,15 +66,12 @@ def _root(
     """Run agent turns offline or against real providers, chat, validate plans, benchmark."""
 
 
-# -- commands --------------------------------------------------------------------------------
-app.command("run")(run.run_command)
-app.command("chat")(chat.chat_command)
-app.command("validate")(validate.validate_command)
-app.command("bench")(bench.bench_command)
+def __getattr__(name: str) -> Any:
+    if name == "DEFAULT_PLAN":  # the embedded demo plan, without importing it for --help
+        from ._plans import DEFAULT_PLAN
 
-# -- groups of sub-commands: one Typer app each ---------------------------------------------
-app.add_typer(sessions.app, name="sessions")
-app.add_typer(mcp.app, name="mcp")
+        return DEFAULT_PLAN
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:

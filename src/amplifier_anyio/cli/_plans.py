@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import httpx
 
 from ..errors import ConfigError
 from ..kernel._mount_plan import MountPlan
@@ -161,6 +160,8 @@ def _network_plan(provider: str, options: PlanOptions) -> dict[str, Any]:
 
 
 def _checked_url(value: str) -> str:
+    import httpx  # only for --base-url: the offline demo does not import it
+
     try:
         url = httpx.URL(value)
     except (httpx.InvalidURL, TypeError):

@@ -27,7 +27,6 @@ from ._common import (
     turn_json,
 )
 from ._plans import PlanOptions, build_plan, read_prompt
-from .sessions import describe_pending
 
 __all__ = ("run_command", "add_system_prompt")
 
@@ -123,6 +122,8 @@ def run_command(
     if not json_output:
         say(result.text, console=out)
     if result.status is TurnStatus.AWAITING_APPROVAL:
+        from .sessions import describe_pending  # only for a turn left waiting
+
         for line in describe_pending(list(result.pending_approvals), session_id):
             say(line)
         raise typer.Exit(3)
