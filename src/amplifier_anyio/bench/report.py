@@ -200,6 +200,38 @@ def _history_tables(report: dict[str, Any], markdown: bool) -> list[Table]:
     return [table, runs]
 
 
+def _peers_table(report: dict[str, Any], markdown: bool) -> Table:
+    """The fan-out cases with peer rows: the floor, ours and each peer (median ms)."""
+    table = _table(
+        "Fan-out against peers, K = 0 (median ms; ratio = time / task-group floor)",
+        ["backend", "N", "D ms", "variant", "median", "ratio", "µs/call", "/ ours"],
+        markdown,
+    )
+    for case in report["fanout"]:
+        if not case.get("peers"):
+            continue
+        key = (_backend(case["backend"]), f"{case['n']:,}", f"{case['delay_ms']:g}")
+        table.add_row(*key, "floor", _ms(case["floor"]["median_s"]), "1.00", "-", "-")
+        table.add_row(
+            *key,
+            "ours",
+            _ms(case["ours"]["median_s"]),
+            f"{case['ratio']:.2f}",
+            _num(case["overhead_us_per_call"]),
+            "1.00",
+        )
+        for name, peer in case["peers"].items():
+            table.add_row(
+                *key,
+                name,
+                _ms(peer["median_s"]),
+                f"{peer['ratio']:.2f}",
+                _num(peer["overhead_us_per_call"]),
+                f"{peer['vs_ours']:.2f}",
+            )
+    return table
+
+
 def _startup_table(report: dict[str, Any], markdown: bool) -> Table:
     table = _table(
         "Start-up: fresh interpreters (median ms of wall time)",
@@ -239,6 +271,8 @@ def render_tables(report: dict[str, Any], console: Console, *, markdown: bool = 
     tables = []
     if report["fanout"]:
         tables.extend(_fanout_tables(report, markdown))
+    if any(case.get("peers") for case in report["fanout"]):
+        tables.append(_peers_table(report, markdown))
     if report["emit"]:
         tables.append(_emit_table(report, markdown))
     if report["batch"]:
@@ -259,6 +293,8 @@ def render_tables(report: dict[str, Any], console: Console, *, markdown: bool = 
             console.print()
     for name, reason in (report.get("executors") or {}).get("skipped", {}).items():
         console.print(f"skipped executor {name}: {reason}", highlight=False)
+    for name, reason in report.get("skipped_peers", {}).items():
+        console.print(f"skipped peer {name}: {reason}", highlight=False)
     if report["skipped_backends"]:
         for name, reason in report["skipped_backends"].items():
             console.print(f"skipped backend {name}: {reason}", highlight=False)

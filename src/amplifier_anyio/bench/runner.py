@@ -10,6 +10,7 @@ from .config import BenchConfig, backend_problem, backend_spec
 from .environment import environment, load_average
 from .executors import executors_suite
 from .history import history_suite, startup_suite
+from .peers import skipped_peers
 from .suites import Step, backend_suite, compaction_suite
 from .targets import evaluate_targets
 
@@ -77,6 +78,8 @@ def run_benchmarks(config: BenchConfig, step: Step = _ignore) -> dict[str, Any]:
         )
         for key, cases in part.items():
             report[key].extend(cases)
+    if "peers" in config.suites:
+        report["skipped_peers"] = skipped_peers(on_trio="trio" in backends)
     if "compaction" in config.suites:
         report["compaction"] = compaction_suite(config.compaction_sizes, config.repeats, step)
     if "executors" in config.suites:

@@ -19,6 +19,7 @@ from ..contexts import SimpleContextManager, compact
 from ..events import TOOL_PRE
 from ..kernel._hooks import HookRegistry
 from .config import BenchConfig, backend_spec
+from .peers import peer_turns
 from .timing import Timing, peak_bytes, ratio, time_variants
 from .workloads import FanoutTurn, Job, noop_handler, prepare_batch, prepare_floor
 
@@ -31,7 +32,7 @@ Step = Callable[[str], None]
 def count_steps(config: BenchConfig, backends: int) -> int:
     """How many times a run with ``backends`` runnable backends calls its step callback."""
     per_backend = 0
-    if "fanout" in config.suites:
+    if "fanout" in config.suites or "peers" in config.suites:
         per_backend += len(config.sizes) * len(config.delays) * len(config.hook_counts)
     if "emit" in config.suites:
         per_backend += len(config.emit_handlers)
@@ -53,7 +54,7 @@ async def backend_suite(name: str, config: BenchConfig, step: Step = _ignore) ->
     on_asyncio = backend_spec(name)[0] == "asyncio"
     await _warm_up(on_asyncio)
     results: dict[str, Any] = {"fanout": [], "emit": [], "batch": []}
-    if "fanout" in config.suites:
+    if "fanout" in config.suites or "peers" in config.suites:
         for delay in config.delays:
             for hooks in config.hook_counts:
                 for n in config.sizes:
@@ -99,9 +100,13 @@ async def _fanout_case(
         "floor": partial(prepare_floor, n, delay),
         "ours": turn.prepare,
     }
+    checks = {"ours": turn.check}
     if on_asyncio:
         prepare["gather"] = _gather(n, delay)
-    timings = await time_variants(prepare, config.repeats, {"ours": turn.check})
+    peers = peer_turns(n, delay) if "peers" in config.suites and on_asyncio and not hooks else {}
+    for variant, peer in peers.items():
+        prepare[variant], checks[variant] = peer.prepare, peer.check
+    timings = await time_variants(prepare, config.repeats, checks)
     floor, ours, gather = timings["floor"], timings["ours"], timings.get("gather")
     case: dict[str, Any] = {
         "backend": name,
@@ -116,6 +121,15 @@ async def _fanout_case(
         "ratio_gather": ratio(ours.median, gather.median) if gather else None,
         "memory": None,
     }
+    if peers:
+        case["peers"] = {
+            variant.removeprefix("peer:"): {
+                **timings[variant].to_dict(),
+                **_comparison(timings[variant], floor, n),
+                "vs_ours": ratio(timings[variant].median, ours.median),
+            }
+            for variant in peers
+        }
     if config.memory and delay > 0:
         case["memory"] = await _memory(turn, n, delay)
     return case

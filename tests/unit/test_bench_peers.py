@@ -1,0 +1,100 @@
+"""The benchmark's peer rows: each installed peer runs the same fan-out turn, and its check
+counts the turn's tool results, so a broken adapter cannot look fast.
+
+The peers (pydantic-ai, openai-agents, LangGraph) run on asyncio only, so their turns run
+under ``anyio.run(..., backend="asyncio")``; on trio a run lists them as skipped. A peer
+whose package is missing is skipped with the reason (they come with the ``test`` extra).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from rich.console import Console
+
+from amplifier_anyio.bench import BenchConfig, render_tables, run_benchmarks
+from amplifier_anyio.bench.peers import PEERS, Peer, peer_problem, skipped_peers
+
+N = 10
+
+
+async def _run(turn: Any) -> None:
+    job = turn.prepare()
+    await job()
+
+
+def _installed(peer: Peer) -> None:
+    problem = peer_problem(peer)
+    if problem is not None:
+        pytest.skip(f"{peer.name}: {problem}")
+
+
+@pytest.mark.parametrize("peer", PEERS, ids=lambda peer: peer.name)
+def test_peer_turn_runs_every_tool_call(peer: Peer) -> None:
+    _installed(peer)
+    turn = peer.turn(N, 0.0)
+    anyio.run(_run, turn, backend="asyncio")
+    turn.check()  # N tool results and the final answer
+
+
+@pytest.mark.parametrize("peer", PEERS, ids=lambda peer: peer.name)
+def test_peer_check_refuses_a_turn_with_missing_results(peer: Peer) -> None:
+    _installed(peer)
+    turn = peer.turn(N, 0.0)
+    anyio.run(_run, turn, backend="asyncio")
+    turn.n = N + 1  # the turn did N calls: the check must see one missing
+    with pytest.raises(RuntimeError, match=f"{N}/{N + 1} tool results"):
+        turn.check()
+
+
+@pytest.mark.parametrize("peer", PEERS, ids=lambda peer: peer.name)
+def test_peer_check_refuses_a_turn_that_did_not_run(peer: Peer) -> None:
+    _installed(peer)
+    turn = peer.turn(N, 0.0)
+    turn.prepare()
+    with pytest.raises(RuntimeError, match="has not run"):
+        turn.check()
+
+
+def test_missing_package_is_a_stated_skip() -> None:
+    ghost = Peer("ghost", ("amplifier_anyio_no_such_peer",), PEERS[0].turn)
+    assert peer_problem(ghost) == (
+        "amplifier_anyio_no_such_peer is not installed (pip install 'amplifier-anyio[peers]')"
+    )
+
+
+def test_peer_rows_sit_in_the_fanout_cases_of_a_run() -> None:
+    installed = [peer.name for peer in PEERS if peer_problem(peer) is None]
+    if not installed:
+        pytest.skip("no peer installed (pip install 'amplifier-anyio[peers]')")
+    config = BenchConfig(
+        sizes=(N,),
+        delays=(0.0,),
+        hook_counts=(0, 1),
+        backends=("asyncio", "trio"),
+        suites=("peers",),
+        repeats=1,
+        memory=False,
+    )
+    report = run_benchmarks(config)
+    by_key = {(c["backend"], c["hooks"]): c for c in report["fanout"]}
+    assert sorted(by_key) == [("asyncio", 0), ("asyncio", 1), ("trio", 0), ("trio", 1)]
+    peers = by_key["asyncio", 0]["peers"]
+    assert list(peers) == installed
+    for row in peers.values():
+        assert row["median_s"] > 0
+        assert row["ratio"] > 0
+    # peers have no hooks: no rows at K > 0; asyncio only: none on trio, listed as skipped
+    assert "peers" not in by_key["asyncio", 1]
+    assert "peers" not in by_key["trio", 0]
+    assert report["skipped_peers"] == skipped_peers(on_trio=True)
+    assert all("asyncio only" in report["skipped_peers"][name] for name in installed)
+    console = Console(width=200, record=True, force_terminal=False)
+    render_tables(report, console, markdown=True)
+    text = console.export_text()
+    assert "Fan-out against peers" in text
+    for name in installed:
+        assert f" {name} | " in text
+        assert f"skipped peer {name}: runs on asyncio only" in text
