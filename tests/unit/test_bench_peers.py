@@ -8,6 +8,9 @@ whose package is missing is skipped with the reason (they come with the ``test``
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,7 +18,14 @@ import pytest
 from rich.console import Console
 
 from amplifier_anyio.bench import BenchConfig, render_tables, run_benchmarks
-from amplifier_anyio.bench.peers import PEERS, Peer, peer_problem, skipped_peers
+from amplifier_anyio.bench.peers import (
+    LOOP_BASIC_PATH_ENV,
+    PEERS,
+    Peer,
+    UpstreamLoopBasicTurn,
+    peer_problem,
+    skipped_peers,
+)
 
 N = 10
 
@@ -55,6 +65,92 @@ def test_peer_check_refuses_a_turn_that_did_not_run(peer: Peer) -> None:
     turn = peer.turn(N, 0.0)
     turn.prepare()
     with pytest.raises(RuntimeError, match="has not run"):
+        turn.check()
+
+
+# An upstream-style loop-basic (amplifier-core's models and coordinator interface, the
+# orchestrator's `execute` signature), standing in for a checkout of upstream's module:
+# the tests never depend on a fetched repository.
+STAND_IN = """\
+import anyio
+from amplifier_core.message_models import ChatRequest, Message
+
+
+class BasicOrchestrator:
+    def __init__(self, config):
+        self.config = config
+
+    async def execute(self, prompt, context, providers, tools, hooks, coordinator=None):
+        provider = next(iter(providers.values()))
+        await context.add_message({"role": "user", "content": prompt})
+        while True:
+            messages = await context.get_messages_for_request(provider=provider)
+            request = ChatRequest(messages=[Message(**m) for m in messages[:1]])
+            response = await provider.complete(request)
+            calls = provider.parse_tool_calls(response)
+            if not calls:
+                return "".join(block.text for block in response.content)
+            await context.add_message({"role": "assistant", "content": "", "tool_calls": [
+                {"id": c.id, "tool": c.name, "arguments": c.arguments} for c in calls
+            ]})
+            results = {}
+
+            async def run(call):
+                coordinator.cancellation.register_tool_start(call.id, call.name)
+                pre = await hooks.emit("tool:pre", {"tool_name": call.name})
+                await coordinator.process_hook_result(pre, "tool:pre", call.name)
+                result = await tools[call.name].execute(call.arguments)
+                post = await hooks.emit("tool:post", {"tool_name": call.name})
+                await coordinator.process_hook_result(post, "tool:post", call.name)
+                results[call.id] = result.get_serialized_output()
+                coordinator.cancellation.register_tool_complete(call.id)
+
+            async with anyio.create_task_group() as tg:
+                for call in calls:
+                    tg.start_soon(run, call)
+            for call in calls:
+                await context.add_message(
+                    {"role": "tool", "tool_call_id": call.id, "content": results[call.id]}
+                )
+"""
+
+UPSTREAM = [peer for peer in PEERS if peer.name.startswith("upstream-loop-basic")]
+
+
+@pytest.fixture
+def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    pytest.importorskip("amplifier_core", reason="the upstream rows need amplifier-core")
+    package = tmp_path / "amplifier_module_loop_basic"
+    package.mkdir()
+    (package / "__init__.py").write_text(STAND_IN, encoding="utf-8")
+    monkeypatch.setenv(LOOP_BASIC_PATH_ENV, str(tmp_path))
+    sys.modules.pop("amplifier_module_loop_basic", None)
+    yield tmp_path
+    sys.modules.pop("amplifier_module_loop_basic", None)
+
+
+@pytest.mark.parametrize("peer", UPSTREAM, ids=lambda peer: peer.name)
+def test_upstream_rows_need_a_checkout_named_by_the_environment(
+    peer: Peer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(LOOP_BASIC_PATH_ENV, raising=False)
+    assert f"{LOOP_BASIC_PATH_ENV} is not set" in (peer_problem(peer) or "")
+    monkeypatch.setenv(LOOP_BASIC_PATH_ENV, str(tmp_path))  # an empty directory
+    assert "holds no amplifier_module_loop_basic/__init__.py" in (peer_problem(peer) or "")
+
+
+@pytest.mark.parametrize("bare", [False, True], ids=["amplifier-core", "bare"])
+def test_upstream_loop_basic_turn_from_a_checkout(checkout: Path, bare: bool) -> None:
+    assert all(peer_problem(peer) is None for peer in UPSTREAM)
+    turn = UpstreamLoopBasicTurn(N, 0.0, bare=bare)
+    anyio.run(_run, turn, backend="asyncio")
+    turn.check()
+    assert sys.modules["amplifier_module_loop_basic"].__file__ == str(
+        checkout / "amplifier_module_loop_basic" / "__init__.py"
+    )
+    anyio.run(_run, turn, backend="asyncio")
+    turn.n = N + 1
+    with pytest.raises(RuntimeError, match=f"{N}/{N + 1} tool results"):
         turn.check()
 
 

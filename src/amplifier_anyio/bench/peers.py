@@ -13,6 +13,16 @@ answer, each peer driven by its own offline test model (no network, nothing fetc
   model is langchain-core's ``GenericFakeChatModel`` replying with N tool calls, then
   ``done``; ``ToolNode`` runs the calls in parallel.
 
+- ``upstream-loop-basic`` / ``upstream-loop-basic-bare``: upstream Amplifier's loop-basic
+  orchestrator (``BasicOrchestrator.execute``), imported from the module checkout that
+  :data:`LOOP_BASIC_PATH_ENV` names (the checkout's root or its
+  ``amplifier_module_loop_basic`` package; nothing is fetched), with amplifier-core's
+  models (``ChatResponse``, ``ToolCall``, ``ToolResult``), a scripted provider, an
+  in-memory context, and either amplifier-core's own ``ModuleCoordinator`` and hook
+  registry (the first row) or a minimal coordinator whose hooks answer at once and whose
+  cancellation never fires (``-bare``: the loop without a kernel). Each needs
+  amplifier-core (``amplifier-core==2.0.2`` is in the ``test`` extra).
+
 These libraries run on asyncio only, so their rows are asyncio-only (on trio they are
 listed as skipped, like a peer whose package is missing). Everything a run needs (agent,
 model, tool, graph) is built outside the timed region; after each timed run the peer's
@@ -22,8 +32,12 @@ look fast. Install the peers with ``pip install 'amplifier-anyio[peers]'``.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -37,12 +51,19 @@ __all__ = (
     "PydanticAITurn",
     "OpenAIAgentsTurn",
     "LangGraphTurn",
+    "UpstreamLoopBasicTurn",
+    "LOOP_BASIC_PATH_ENV",
     "peer_problem",
     "peer_turns",
     "skipped_peers",
 )
 
 _ANSWER = "done"
+
+LOOP_BASIC_PATH_ENV = "AMPLIFIER_LOOP_BASIC_PATH"
+"""The environment variable naming a checkout of upstream's loop-basic module."""
+
+_LOOP_BASIC_PACKAGE = "amplifier_module_loop_basic"
 
 
 def _sleep_tool(delay: float) -> Callable[[], Any]:
@@ -230,19 +251,208 @@ class LangGraphTurn:
         _verify("langgraph", messages[-1].content, results, self.n)
 
 
+def _loop_basic_init() -> Path | None:
+    """The checkout's ``amplifier_module_loop_basic/__init__.py``, or None."""
+    value = os.environ.get(LOOP_BASIC_PATH_ENV)
+    if not value:
+        return None
+    root = Path(value).expanduser()
+    for candidate in (root / _LOOP_BASIC_PACKAGE / "__init__.py", root / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _loop_basic_module() -> Any:
+    """Upstream's loop-basic, imported once from the checkout (not from ``sys.path``)."""
+    loaded = sys.modules.get(_LOOP_BASIC_PACKAGE)
+    if loaded is not None:
+        return loaded
+    path = _loop_basic_init()
+    if path is None:
+        raise RuntimeError(f"{LOOP_BASIC_PATH_ENV} names no loop-basic checkout")
+    spec = importlib.util.spec_from_file_location(_LOOP_BASIC_PACKAGE, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_LOOP_BASIC_PACKAGE] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[_LOOP_BASIC_PACKAGE]
+        raise
+    return module
+
+
+class _UpstreamContext:
+    """An in-memory upstream-style context: messages as given, one list."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    async def add_message(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+
+    async def get_messages(self) -> list[dict[str, Any]]:
+        return list(self.messages)
+
+    async def get_messages_for_request(
+        self, token_budget: int | None = None, provider: Any = None
+    ) -> list[dict[str, Any]]:
+        return list(self.messages)
+
+
+class _NoCancellation:
+    """A cancellation that never fires (the bare coordinator's)."""
+
+    is_cancelled = False
+    is_immediate = False
+    state = "none"
+
+    def register_tool_start(self, tool_call_id: str, name: str) -> None:
+        """Nothing to track."""
+
+    def register_tool_complete(self, tool_call_id: str) -> None:
+        """Nothing to track."""
+
+    async def trigger_callbacks(self) -> None:
+        """No callbacks."""
+
+
+class _BareHooks:
+    """Hooks that answer every event with one continue result, at once."""
+
+    def __init__(self, result: Any) -> None:
+        self._result = result
+
+    async def emit(self, event: str, data: dict[str, Any]) -> Any:
+        return self._result
+
+
+class _BareCoordinator:
+    """The least an upstream orchestrator needs of a coordinator: hooks, a cancellation,
+    ``process_hook_result`` (here: the result as it is)."""
+
+    def __init__(self, result: Any) -> None:
+        self.hooks = _BareHooks(result)
+        self.cancellation = _NoCancellation()
+
+    async def process_hook_result(self, result: Any, event: str, source: str) -> Any:
+        return result
+
+
+@attrs.define(eq=False)
+class UpstreamLoopBasicTurn:
+    """Upstream's loop-basic with amplifier-core's coordinator (``bare``: a minimal one)."""
+
+    n: int
+    delay: float
+    bare: bool = False
+    _last: Any = attrs.field(init=False, default=None)
+
+    def prepare(self) -> Job:
+        """A fresh orchestrator, coordinator, context and provider, ready for one turn."""
+        import amplifier_core  # noqa: PLC0415 - an optional peer
+        from amplifier_core.message_models import (  # noqa: PLC0415
+            ChatResponse,
+            TextBlock,
+            ToolCall,
+        )
+
+        module = _loop_basic_module()
+        # non-empty arguments: upstream reads `tc.arguments or tc.get("arguments")`
+        calls = [ToolCall(id=f"call_{i}", name="sleep", arguments={"i": i}) for i in range(self.n)]
+        replies = iter(
+            [
+                ChatResponse(content=[], tool_calls=calls),
+                ChatResponse(content=[TextBlock(text=_ANSWER)]),
+            ]
+        )
+        ok = amplifier_core.ToolResult(success=True, output="ok")
+        delay = self.delay
+
+        class Provider:
+            name = "scripted"
+
+            async def complete(self, request: Any, **kwargs: Any) -> Any:
+                return next(replies)
+
+            def parse_tool_calls(self, response: Any) -> list[Any]:
+                return list(response.tool_calls or [])
+
+        class SleepTool:
+            name = "sleep"
+            description = "Sleep for the benchmark's delay."
+            input_schema: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
+
+            async def execute(self, input: dict[str, Any]) -> Any:
+                await anyio.sleep(delay)
+                return ok
+
+        coordinator: Any = (
+            _BareCoordinator(amplifier_core.HookResult())
+            if self.bare
+            else amplifier_core.ModuleCoordinator()
+        )
+        orchestrator = module.BasicOrchestrator({})
+        context = _UpstreamContext()
+        providers = {Provider.name: Provider()}
+        tools = {SleepTool.name: SleepTool()}
+
+        async def turn() -> None:
+            answer = await orchestrator.execute(
+                "fan out", context, providers, tools, coordinator.hooks, coordinator=coordinator
+            )
+            self._last = (answer, context)
+
+        return turn
+
+    def check(self) -> None:
+        """Raise unless the last turn answered ``done`` after N tool messages."""
+        last, self._last = self._last, None
+        if last is None:
+            raise RuntimeError("upstream-loop-basic: the turn has not run")
+        answer, context = last
+        results = sum(message.get("role") == "tool" for message in context.messages)
+        _verify("upstream-loop-basic", answer, results, self.n)
+
+
+def _loop_basic_problem() -> str | None:
+    if not os.environ.get(LOOP_BASIC_PATH_ENV):
+        return f"{LOOP_BASIC_PATH_ENV} is not set (a checkout of upstream's loop-basic module)"
+    if _loop_basic_init() is None:
+        value = os.environ[LOOP_BASIC_PATH_ENV]
+        return f"{LOOP_BASIC_PATH_ENV}={value} holds no {_LOOP_BASIC_PACKAGE}/__init__.py"
+    return None
+
+
 @attrs.frozen
 class Peer:
-    """A peer row: its ``name``, the ``modules`` it needs and its ``turn`` class."""
+    """A peer row: its ``name``, the ``modules`` it needs, its ``turn`` class and what else
+    it needs (``problem``: why it cannot run, or None)."""
 
     name: str
     modules: tuple[str, ...]
     turn: Callable[[int, float], Any]
+    problem: Callable[[], str | None] | None = None
 
 
 PEERS = (
     Peer("pydantic-ai", ("pydantic_ai",), PydanticAITurn),
     Peer("openai-agents", ("agents", "openai"), OpenAIAgentsTurn),
     Peer("langgraph", ("langgraph", "langchain_core"), LangGraphTurn),
+    Peer(
+        "upstream-loop-basic",
+        ("amplifier_core",),
+        UpstreamLoopBasicTurn,
+        _loop_basic_problem,
+    ),
+    Peer(
+        "upstream-loop-basic-bare",
+        ("amplifier_core",),
+        functools.partial(UpstreamLoopBasicTurn, bare=True),
+        _loop_basic_problem,
+    ),
 )
 """The peers the fan-out suite compares with, in the order of their rows."""
 
@@ -252,6 +462,8 @@ def peer_problem(peer: Peer, *, on_asyncio: bool = True) -> str | None:
     for module in peer.modules:
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed (pip install 'amplifier-anyio[peers]')"
+    if peer.problem is not None and (problem := peer.problem()) is not None:
+        return problem
     if not on_asyncio:
         return "runs on asyncio only"
     return None
