@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import ConfigError
+from .timing import ratio
 
 __all__ = ("render_tables", "write_json", "write_plot", "plotting_problem", "plot_format_problem")
 
@@ -212,6 +213,16 @@ def _peers_table(report: dict[str, Any], markdown: bool) -> Table:
             continue
         key = (_backend(case["backend"]), f"{case['n']:,}", f"{case['delay_ms']:g}")
         table.add_row(*key, "floor", _ms(case["floor"]["median_s"]), "1.00", "-", "-")
+        if case["gather"]:
+            gather = case["gather"]["median_s"]
+            table.add_row(
+                *key,
+                "gather",
+                _ms(gather),
+                f"{ratio(gather, case['floor']['median_s']):.2f}",
+                "-",
+                f"{ratio(gather, case['ours']['median_s']):.2f}",
+            )
         table.add_row(
             *key,
             "ours",
