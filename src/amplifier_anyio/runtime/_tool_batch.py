@@ -213,7 +213,8 @@ class ToolBatch:
         """One context write under a bounded shield; the error to raise if it did not land."""
         timeout = self.config.write_timeout
         error: ContextWriteError | None = None
-        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout) as bound:
+        # One scope: shielded from outside, cancelled by its own deadline only.
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + timeout) as bound:
             try:
                 await write(arg)
             except Exception as exc:  # noqa: BLE001 - reported as a problem of the turn
