@@ -65,6 +65,8 @@ class ToolResult:
             text = json.dumps(self.output, default=_json_default)
         else:
             text = str(self.output)
+        if text.isprintable():  # no control character, no surrogate: nothing to remove
+            return text
         return _UNSAFE_CHARS.sub("", text)
 
     def _error_message(self) -> str:
