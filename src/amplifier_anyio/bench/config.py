@@ -28,7 +28,7 @@ BACKENDS: dict[str, tuple[str, dict[str, Any]]] = {
 SUITES = ("fanout", "emit", "batch", "compaction")
 """The parts of a default run: full-loop fan-out, hook emit, tool batch, compaction."""
 
-ALL_SUITES = (*SUITES, "executors", "history", "startup")
+ALL_SUITES = (*SUITES, "executors", "history", "startup", "turn")
 """Every suite ``--suite`` accepts; ``executors`` (CPU-bound calls through each executor,
 worker processes and a Dask cluster), ``history`` (request cost against conversation
 length) and ``startup`` (import and CLI start-up time) run only when asked for."""

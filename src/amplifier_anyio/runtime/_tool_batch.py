@@ -129,6 +129,9 @@ class ToolBatch:
     _hooks_owner: ModuleCoordinator = attrs.field(init=False)
     _is_async: dict[str, bool] = attrs.field(init=False, factory=dict)
     _executors: Mapping[str, Any] = attrs.field(init=False, factory=dict)
+    _build_context: Callable[..., ToolCallContext] = attrs.field(init=False)
+    """``_call_context`` bound once: a call's deferred context holds it without a bound
+    method object of its own (64 bytes per in-flight call)."""
 
     def __attrs_post_init__(self) -> None:
         self._slots = [None] * len(self.calls)
@@ -140,6 +143,7 @@ class ToolBatch:
         self._hooks_owner = self.coordinator
         self._token = self.coordinator.cancellation
         self._executors = getattr(self.coordinator, "tool_executors", None) or {}
+        self._build_context = self._call_context
 
     @property
     def finished(self) -> int:
@@ -364,7 +368,7 @@ class ToolBatch:
                     # _invoke inlined for a local call without a timeout (the common case):
                     # one coroutine frame less, and the call's ToolCallContext is built
                     # only if the tool asks for it (current_tool_call).
-                    scope = _tool_call.set((self._call_context, index, call, key))
+                    scope = _tool_call.set((self._build_context, index, call, key))
                     try:
                         if self._is_async.get(call.name):
                             value = await tool.execute(tool_input)
