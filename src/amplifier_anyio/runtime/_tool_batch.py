@@ -535,10 +535,14 @@ class ToolBatch:
         """Emit ``tool:post``; the replacement content if a hook changed the result."""
         if not self.hooks.has_handlers(TOOL_POST):
             return None
-        sent = unstructure(result)
-        post = await self._emit(
-            TOOL_POST, {**self._payload(index, call, tool_input), "result": sent}, call.name
-        )
+        output = result.output
+        if type(output) is str and result.success and result.error is None:
+            sent: Any = {"output": output}  # what unstructure gives, without the converter
+        else:
+            sent = unstructure(result)
+        payload = self._payload(index, call, tool_input)
+        payload["result"] = sent
+        post = await self._emit(TOOL_POST, payload, call.name)
         if post.action == "deny" or post.data is None:
             return None
         replaced = _field(post.data, "result", sent)
