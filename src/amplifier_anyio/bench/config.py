@@ -28,11 +28,12 @@ BACKENDS: dict[str, tuple[str, dict[str, Any]]] = {
 SUITES = ("fanout", "emit", "batch", "compaction")
 """The parts of a default run: full-loop fan-out, hook emit, tool batch, compaction."""
 
-ALL_SUITES = (*SUITES, "executors", "history", "startup", "peers")
+ALL_SUITES = (*SUITES, "executors", "history", "startup", "peers", "turn")
 """Every suite ``--suite`` accepts; ``executors`` (CPU-bound calls through each executor,
 worker processes and a Dask cluster), ``history`` (request cost against conversation
-length), ``startup`` (import and CLI start-up time) and ``peers`` (other agent stacks as
-extra rows of the fan-out cases, asyncio only: ``bench.peers``) run only when asked for."""
+length), ``startup`` (import and CLI start-up time), ``peers`` (other agent stacks as
+extra rows of the fan-out cases, asyncio only: ``bench.peers``) and ``turn`` (one-tool turns
+through a session and through loop-basic alone: ``bench.turns``) run only when asked for."""
 
 _NEEDS = {"asyncio+uvloop": "uvloop", "trio": "trio"}
 

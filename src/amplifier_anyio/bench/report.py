@@ -97,6 +97,23 @@ def _emit_table(report: dict[str, Any], markdown: bool) -> Table:
     return table
 
 
+def _turn_table(report: dict[str, Any], markdown: bool) -> Table:
+    table = _table(
+        "One-tool turn, zero-delay tool, no hooks (median µs per turn)",
+        ["backend", "turns", "session", "loop alone", "session - loop"],
+        markdown,
+    )
+    for case in report["turn"]:
+        table.add_row(
+            case["backend"],
+            f"{case['turns']:,}",
+            _num(case["session_us_per_turn"]),
+            _num(case["loop_us_per_turn"]),
+            _num(case["session_us_per_turn"] - case["loop_us_per_turn"]),
+        )
+    return table
+
+
 def _batch_table(report: dict[str, Any], markdown: bool) -> Table:
     table = _table(
         "ToolBatch.run, zero-delay tool, no hooks (median ms)",
@@ -288,6 +305,8 @@ def render_tables(report: dict[str, Any], console: Console, *, markdown: bool = 
         tables.append(_emit_table(report, markdown))
     if report["batch"]:
         tables.append(_batch_table(report, markdown))
+    if report.get("turn"):
+        tables.append(_turn_table(report, markdown))
     if report["compaction"]:
         tables.append(_compaction_table(report, markdown))
     if report.get("executors"):

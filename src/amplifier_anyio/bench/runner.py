@@ -69,6 +69,7 @@ def run_benchmarks(config: BenchConfig, step: Step = _ignore) -> dict[str, Any]:
         "fanout": [],
         "emit": [],
         "batch": [],
+        "turn": [],
         "compaction": None,
     }
     for name in backends:

@@ -21,9 +21,13 @@ from ..kernel._hooks import HookRegistry
 from .config import BenchConfig, backend_spec
 from .peers import peer_turns
 from .timing import Timing, peak_bytes, ratio, time_variants
+from .turns import turn_case
 from .workloads import FanoutTurn, Job, noop_handler, prepare_batch, prepare_floor
 
 __all__ = ("Step", "backend_suite", "compaction_suite", "conversation", "count_steps")
+
+TURNS_PER_JOB = 200
+"""One-tool turns per timed job of the ``turn`` suite."""
 
 Step = Callable[[str], None]
 """Called once when a case is done, with a short description of it."""
@@ -37,6 +41,8 @@ def count_steps(config: BenchConfig, backends: int) -> int:
     if "emit" in config.suites:
         per_backend += len(config.emit_handlers)
     if "batch" in config.suites:
+        per_backend += 1
+    if "turn" in config.suites:
         per_backend += 1
     compaction = len(config.compaction_sizes) if "compaction" in config.suites else 0
     executors = config.repeats if "executors" in config.suites else 0  # one step a repeat
@@ -71,6 +77,9 @@ async def backend_suite(name: str, config: BenchConfig, step: Step = _ignore) ->
     if "batch" in config.suites:
         results["batch"].append(await _batch_case(name, config))
         step(f"{name}: tool batch N={config.batch_size}")
+    if "turn" in config.suites:
+        results["turn"] = [await turn_case(name, config.repeats, TURNS_PER_JOB)]
+        step(f"{name}: one-tool turns x{TURNS_PER_JOB}")
     return results
 
 

@@ -96,6 +96,13 @@ class LeanContext:
         await anyio.lowlevel.checkpoint()
         self.messages.append(message)
 
+    async def add_messages(self, messages: list[dict[str, Any]]) -> None:
+        """Append ``messages`` with one checkpoint, as the built-in contexts' batch write
+        does (a tool batch writes its results with it; one checkpoint per result would
+        time the context's scheduling, not the runtime)."""
+        await anyio.lowlevel.checkpoint()
+        self.messages.extend(messages)
+
     async def get_messages(self) -> list[dict[str, Any]]:
         """The history (a new list)."""
         await anyio.lowlevel.checkpoint()

@@ -32,7 +32,10 @@ def bench_command(
         list[str] | None,
         typer.Option(
             "--suite",
-            help="fanout, emit, batch, compaction; executors only when named (repeatable).",
+            help=(
+                "fanout, emit, batch, compaction; executors, history, startup, peers"
+                " and turn only when named (repeatable)."
+            ),
         ),
     ] = None,
     size: Annotated[

@@ -180,6 +180,10 @@ class CancellationToken:
         """Run ``callback`` (sync or async) once, when this token's cancellation is carried out."""
         self._callbacks.append(callback)
 
+    def callbacks_due(self) -> bool:
+        """Whether some ``on_cancel`` callback has not run yet."""
+        return self._fired < len(self._callbacks)
+
     async def trigger_callbacks(self) -> None:
         """Run the callbacks that have not run yet, in order.
 

@@ -337,6 +337,11 @@ class ModuleCoordinator:
             self.cancellation.request_graceful()
         return True
 
+    def cancel_flush_due(self) -> bool:
+        """Whether :meth:`flush_cancel_request` has anything to do (a ``cancel:requested``
+        to emit or a cancel callback that has not run); when not, a caller may skip it."""
+        return self._pending_cancel is not None or self.cancellation.callbacks_due()
+
     async def flush_cancel_request(self) -> None:
         """Emit the ``cancel:requested`` of a :meth:`request_cancel_nowait`, if one is due,
         and run the callbacks that have not run yet."""

@@ -494,10 +494,12 @@ class AmplifierSession:
         self, prompt: str, token: CancellationToken, approvals: Mapping[str, str] | None = None
     ) -> TurnResult:
         try:
-            await self.initialize()
-            # session:start hooks belong to the turn they announce: its cancel stops them.
-            with anyio.CancelScope() as scope, token.bind_scope(scope):
-                await self._announce()
+            if self._state is not SessionState.OPENED:  # mounted already: no lock to take
+                await self.initialize()
+            if not self._started:
+                # session:start hooks belong to the turn they announce: its cancel stops them.
+                with anyio.CancelScope() as scope, token.bind_scope(scope):
+                    await self._announce()
             if approvals is None:
                 result = await self._run_turn(prompt)
             else:
@@ -505,9 +507,11 @@ class AmplifierSession:
             # A cancel() that arrived while the turn was closing its events is recorded
             # now rather than dropped. Shielded: the turn has ended and said how, so a host
             # cancel arriving now is delivered at the host's next checkpoint instead of
-            # turning a finished turn into an exception.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT):
-                await self.coordinator.flush_cancel_request()
+            # turning a finished turn into an exception. (Nothing due: nothing to flush.)
+            if self.coordinator.cancel_flush_due():
+                deadline = anyio.current_time() + _END_TIMEOUT
+                with anyio.CancelScope(shield=True, deadline=deadline):
+                    await self.coordinator.flush_cancel_request()
         except anyio.get_cancelled_exc_class():
             self.status.status = "cancelled"
             raise

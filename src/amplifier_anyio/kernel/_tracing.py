@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 import attrs
 
@@ -22,7 +23,11 @@ __all__ = (
 )
 
 _trace_id: ContextVar[str | None] = ContextVar("amplifier_trace_id", default=None)
-_tool_call: ContextVar[ToolCallContext | None] = ContextVar("amplifier_tool_call", default=None)
+_tool_call: ContextVar[ToolCallContext | tuple[Any, ...] | None] = ContextVar(
+    "amplifier_tool_call", default=None
+)
+"""The running tool call: its context, or (on the tool batch's hot path) a deferred one,
+``(build, *args)``, that :func:`current_tool_call` builds only when a tool asks."""
 
 
 @attrs.frozen(kw_only=True)
@@ -49,7 +54,12 @@ def current_trace_id() -> str | None:
 
 def current_tool_call() -> ToolCallContext | None:
     """The tool call this task is executing, or None outside tool code."""
-    return _tool_call.get()
+    call = _tool_call.get()
+    if type(call) is tuple:  # deferred by the tool batch: most tools never ask
+        build, *args = call
+        built: ToolCallContext = build(*args)
+        return built
+    return call  # type: ignore[return-value]
 
 
 @contextmanager

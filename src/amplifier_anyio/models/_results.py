@@ -65,6 +65,8 @@ class ToolResult:
             text = json.dumps(self.output, default=_json_default)
         else:
             text = str(self.output)
+        if text.isprintable():  # no control character, no surrogate: nothing to remove
+            return text
         return _UNSAFE_CHARS.sub("", text)
 
     def _error_message(self) -> str:
@@ -125,20 +127,24 @@ class HookResult:
 
 
 # Every emit returns a HookResult, so building one is on the hot path of every event. The
-# registry's own results ("continue" / "modify" with data) are known to be valid: they are
-# built by copying a validated template's attribute dict (the class is not slotted for
-# this), skipping a validated __init__ that costs more than the rest of an emit.
-_TEMPLATE = HookResult()
-_TEMPLATE_FIELDS: dict[str, Any] = dict(_TEMPLATE.__dict__)
+# registry's own results ("continue" / "modify" with data) are known to be valid, so they
+# skip the validated __init__ (which costs more than the rest of an emit): such a result's
+# attribute dict holds only ``action`` and ``data``, and every other field reads its
+# default from the class. attrs removes the class attributes of fields; they are put back
+# here (every default is an immutable value), which changes nothing for objects built by
+# __init__, whose attribute dict holds every field.
+_TRUSTED = frozenset({"action", "data"})
+for _field in attrs.fields(HookResult):
+    if _field.name not in _TRUSTED:
+        setattr(HookResult, _field.name, _field.default)
+del _field
 _new = object.__new__
-_set = object.__setattr__
 
 
 def _trusted_result(action: Literal["continue", "modify"], data: dict[str, Any]) -> HookResult:
     """A ``continue``/``modify`` HookResult carrying ``data``, built without validation."""
-    fields = _TEMPLATE_FIELDS.copy()
+    result = _new(HookResult)
+    fields = result.__dict__
     fields["action"] = action
     fields["data"] = data
-    result = _new(HookResult)
-    _set(result, "__dict__", fields)  # frozen: bypass attrs' __setattr__, as attrs does
     return result

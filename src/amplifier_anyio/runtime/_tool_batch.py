@@ -50,7 +50,7 @@ from ..events import TOOL_ERROR, TOOL_POST, TOOL_PRE
 from ..kernel._cancellation import CancellationToken
 from ..kernel._coordinator import ModuleCoordinator
 from ..kernel._foreign import tool_result_of
-from ..kernel._tracing import ToolCallContext, current_trace_id, tool_call_scope
+from ..kernel._tracing import ToolCallContext, _tool_call, current_trace_id, tool_call_scope
 from ..kernel._turns import PendingApproval
 from ..models import INVALID_ARGUMENTS_KEY, HookResult, ToolCall, ToolResult, unstructure
 from ..models._validators import number
@@ -129,6 +129,9 @@ class ToolBatch:
     _hooks_owner: ModuleCoordinator = attrs.field(init=False)
     _is_async: dict[str, bool] = attrs.field(init=False, factory=dict)
     _executors: Mapping[str, Any] = attrs.field(init=False, factory=dict)
+    _build_context: Callable[..., ToolCallContext] = attrs.field(init=False)
+    """``_call_context`` bound once: a call's deferred context holds it without a bound
+    method object of its own (64 bytes per in-flight call)."""
 
     def __attrs_post_init__(self) -> None:
         self._slots = [None] * len(self.calls)
@@ -140,6 +143,7 @@ class ToolBatch:
         self._hooks_owner = self.coordinator
         self._token = self.coordinator.cancellation
         self._executors = getattr(self.coordinator, "tool_executors", None) or {}
+        self._build_context = self._call_context
 
     @property
     def finished(self) -> int:
@@ -213,7 +217,8 @@ class ToolBatch:
         """One context write under a bounded shield; the error to raise if it did not land."""
         timeout = self.config.write_timeout
         error: ContextWriteError | None = None
-        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout) as bound:
+        # One scope: shielded from outside, cancelled by its own deadline only.
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + timeout) as bound:
             try:
                 await write(arg)
             except Exception as exc:  # noqa: BLE001 - reported as a problem of the turn
@@ -317,7 +322,7 @@ class ToolBatch:
             }
         )
 
-    async def _execute(self, index: int, call: ToolCall) -> None:
+    async def _execute(self, index: int, call: ToolCall) -> None:  # noqa: PLR0915 - kept flat
         """Run one call through its hooks, filling its slot as soon as a result exists.
 
         The slot is written before ``tool:post`` / ``tool:error`` are emitted, so a cancel
@@ -357,7 +362,29 @@ class ToolBatch:
                 key = None
                 if self._journal is not None:
                     key = await self._journal_start(call, tool, tool_input)
-                result = await self._invoke(index, call, tool, tool_input, key)
+                if self.config.tool_timeout is not None or call.name in self._executors:
+                    result = await self._invoke(index, call, tool, tool_input, key)
+                else:
+                    # _invoke inlined for a local call without a timeout (the common case):
+                    # one coroutine frame less, and the call's ToolCallContext is built
+                    # only if the tool asks for it (current_tool_call).
+                    scope = _tool_call.set((self._build_context, index, call, key))
+                    try:
+                        if self._is_async.get(call.name):
+                            value = await tool.execute(tool_input)
+                        else:
+                            value = await self._start(call.name, tool, tool_input)
+                        result = (
+                            value if type(value) is ToolResult else _as_result(value, call.name)
+                        )
+                    except ApprovalDeferred:
+                        raise  # the tool asks for an approval: the call is held, not failed
+                    except Exception as exc:  # noqa: BLE001 - a failing tool is a result
+                        result = await self._error(
+                            index, call, type(exc).__name__, str(exc) or repr(exc)
+                        )
+                    finally:
+                        _tool_call.reset(scope)
             content = self._slots[index] = _content_of(result)
             self.succeeded[index] = result.success
             journaled = self._journal is not None and tool is not None and problem is None
@@ -380,15 +407,7 @@ class ToolBatch:
         self, index: int, call: ToolCall, tool: Any, tool_input: Any, key: str | None = None
     ) -> ToolResult:
         """Execute the tool under its timeout, with its call context visible to it."""
-        context = ToolCallContext(
-            tool_call_id=call.id,
-            tool_name=call.name,
-            parallel_group_id=self.parallel_group_id,
-            index=index,
-            trace_id=self._trace_id,
-            idempotency_key=key,
-            approved=call.id in self.approved,
-        )
+        context = self._call_context(index, call, key)
         timeout = self.config.tool_timeout
         with tool_call_scope(context):
             try:
@@ -405,6 +424,17 @@ class ToolBatch:
             except Exception as exc:  # noqa: BLE001 - a failing tool is a result, not a crash
                 return await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
         return await self._error(index, call, "TimeoutError", f"timed out after {timeout} s")
+
+    def _call_context(self, index: int, call: ToolCall, key: str | None) -> ToolCallContext:
+        return ToolCallContext(
+            tool_call_id=call.id,
+            tool_name=call.name,
+            parallel_group_id=self.parallel_group_id,
+            index=index,
+            trace_id=self._trace_id,
+            idempotency_key=key,
+            approved=call.id in self.approved,
+        )
 
     def _elsewhere(
         self, call: ToolCall, tool: Any, tool_input: Any, context: ToolCallContext
@@ -505,10 +535,14 @@ class ToolBatch:
         """Emit ``tool:post``; the replacement content if a hook changed the result."""
         if not self.hooks.has_handlers(TOOL_POST):
             return None
-        sent = unstructure(result)
-        post = await self._emit(
-            TOOL_POST, {**self._payload(index, call, tool_input), "result": sent}, call.name
-        )
+        output = result.output
+        if type(output) is str and result.success and result.error is None:
+            sent: Any = {"output": output}  # what unstructure gives, without the converter
+        else:
+            sent = unstructure(result)
+        payload = self._payload(index, call, tool_input)
+        payload["result"] = sent
+        post = await self._emit(TOOL_POST, payload, call.name)
         if post.action == "deny" or post.data is None:
             return None
         replaced = _field(post.data, "result", sent)

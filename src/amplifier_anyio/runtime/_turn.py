@@ -428,7 +428,8 @@ class Turn:
     async def _finish(self) -> None:
         """The terminal events, exactly once, shielded, each under its own bound."""
         with anyio.CancelScope(shield=True):
-            await self._bounded("cancel:requested", self.coordinator.flush_cancel_request())
+            if self.coordinator.cancel_flush_due():
+                await self._bounded("cancel:requested", self.coordinator.flush_cancel_request())
             if self.status is TurnStatus.CANCELLED:
                 await self._terminal(
                     CANCEL_COMPLETED,
@@ -456,7 +457,10 @@ class Turn:
             await self._terminal(EXECUTION_END, end)
 
     async def _terminal(self, event: str, data: dict[str, Any]) -> None:
-        await self._bounded(event, self.hooks.emit(event, data))
+        if self.hooks.has_handlers(event):
+            await self._bounded(event, self.hooks.emit(event, data))
+        else:  # nothing runs: the emit returns at once, there is nothing to bound
+            await self.hooks.emit(event, data)
 
     async def _bounded(self, what: str, work: Awaitable[Any]) -> None:
         timeout = self.config.event_timeout
