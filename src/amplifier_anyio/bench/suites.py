@@ -39,7 +39,8 @@ def count_steps(config: BenchConfig, backends: int) -> int:
         per_backend += 1
     compaction = len(config.compaction_sizes) if "compaction" in config.suites else 0
     executors = config.repeats if "executors" in config.suites else 0  # one step a repeat
-    history = 2 * len(config.history_sizes) + 2 if "history" in config.suites else 0
+    # per context (simple, persistent): the sizes twice (compaction off / on), two runs; one load
+    history = 4 * len(config.history_sizes) + 5 if "history" in config.suites else 0
     startup = 1 if "startup" in config.suites else 0
     return per_backend * backends + compaction + executors + history + startup
 
