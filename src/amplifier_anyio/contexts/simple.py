@@ -423,11 +423,12 @@ class SimpleContextManager:
         self._total += cost
 
     def _replace(self, prepared: list[tuple[dict[str, Any], int]]) -> None:
-        self._messages = [stored for stored, _ in prepared]
-        self._costs = [cost for _, cost in prepared]
-        self._total = sum(self._costs)
-        # a new history: nothing of the old view holds
-        self._models = [None] * len(prepared)
+        self._reset([stored for stored, _ in prepared], [cost for _, cost in prepared])
+
+    def _reset(self, messages: list[dict[str, Any]], costs: list[int]) -> None:
+        """A new history (the lists are taken as they are); nothing of the old view holds."""
+        self._messages, self._costs, self._total = messages, costs, sum(costs)
+        self._models = [None] * len(messages)
         self._units, self._cut, self._reshaped = None, None, False
         self._repair.reset()
 
