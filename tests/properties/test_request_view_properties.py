@@ -101,8 +101,8 @@ async def test_the_view_is_the_dict_path_and_every_call_is_answered(
     )
     history: list[dict[str, Any]] = []
     labelled = _label([m for added, _ in steps for m in added])
-    for added, budget in steps:
-        added = labelled[len(history) : len(history) + len(added)]
+    for drawn, budget in steps:
+        added = labelled[len(history) : len(history) + len(drawn)]
         if added:
             await context.add_messages(added)
         history.extend(added)

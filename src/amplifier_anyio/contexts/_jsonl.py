@@ -231,7 +231,8 @@ def _read_fast(data: bytes) -> tuple[list[dict[str, Any]], list[int]] | None:
     try:
         while position < size:
             value, end = scan(text, position)
-            if end >= size or text[end] != "\n" or value.__class__ is not dict:
+            # the value must end exactly at its line's end (JSON allows newlines inside)
+            if end != text.find("\n", position) or value.__class__ is not dict:
                 return None
             if value.get("role").__class__ is not str:
                 return None
