@@ -117,7 +117,11 @@ class ContextManager(Protocol):
     """Stores the conversation and hands out the view a request should send.
 
     A context manager may also offer ``async add_messages(messages)``; the tool batch then
-    writes all of a batch's results in one call (one fsync for a file-backed context).
+    writes all of a batch's results in one call (one fsync for a file-backed context). And
+    ``async request_view(token_budget=None, provider=None)`` returning a
+    :class:`~amplifier_anyio.contexts.RequestView`: the turn engine then takes the
+    request's converted messages from it instead of converting
+    ``get_messages_for_request()`` (see ``docs/contexts.md``).
     """
 
     async def add_message(self, message: dict[str, Any]) -> None: ...

@@ -28,27 +28,46 @@ def history() -> dict[str, Any]:
     return suite
 
 
-def test_every_size_is_measured_with_compaction_off_and_on(history: dict[str, Any]) -> None:
-    assert [(c["messages"], c["compaction"]) for c in history["cases"]] == [
-        (20, False),
-        (200, False),
-        (20, True),
-        (200, True),
+def test_every_size_is_measured_for_both_contexts_with_compaction_off_and_on(
+    history: dict[str, Any],
+) -> None:
+    assert [(c["context"], c["messages"], c["compaction"]) for c in history["cases"]] == [
+        (kind, size, compaction)
+        for kind in ("simple", "persistent")
+        for compaction in (False, True)
+        for size in (20, 200)
     ]
-    # Without compaction, every message of the history is in the request.
-    assert all(c["sent"] == c["messages"] for c in history["cases"] if not c["compaction"])
-    assert set(history["slope"]) == {"off", "on"}
+    # Without compaction, every message of the history is in the request, with the tool
+    # round added before each timed request.
+    assert all(
+        c["sent"] == c["messages"] + 2 * c["repeats"]
+        for c in history["cases"]
+        if not c["compaction"]
+    )
+    assert set(history["slope"]) == {
+        "simple off",
+        "simple on",
+        "persistent off",
+        "persistent on",
+    }
 
 
 def test_the_agent_run_does_every_round(history: dict[str, Any]) -> None:
-    assert [(r["iterations"], r["compaction"]) for r in history["runs"]] == [
-        (6, False),
-        (6, True),
+    assert [(r["context"], r["iterations"], r["compaction"]) for r in history["runs"]] == [
+        ("simple", 6, False),
+        ("simple", 6, True),
+        ("persistent", 6, False),
+        ("persistent", 6, True),
     ]
     assert all(r["total_s"] > 0 for r in history["runs"])
     assert len(history["steps"]) == count_steps(
         BenchConfig(suites=("history",), history_sizes=(20, 200)), backends=0
     )
+
+
+def test_loading_the_largest_persistent_history_is_measured(history: dict[str, Any]) -> None:
+    assert history["load"]["messages"] == 200
+    assert history["load"]["loaded"] == 200
 
 
 async def test_a_request_sends_the_whole_history_and_the_repaired_calls() -> None:
@@ -74,7 +93,8 @@ def test_history_tables_are_rendered(history: dict[str, Any]) -> None:
     render_tables(report, Console(file=buffer, width=80), markdown=True)
     text = buffer.getvalue()
     assert "One provider request" in text
-    assert "| 200" in text
+    assert "| persistent" in text
+    assert "Loading" in text
 
 
 def test_startup_runs_each_command_in_a_fresh_interpreter() -> None:

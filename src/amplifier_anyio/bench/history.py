@@ -1,8 +1,10 @@
-"""Long conversations and start-up: what a request costs as the history grows, and how long
-``import amplifier_anyio`` and the CLI take to start.
+"""Long conversations and start-up: what a request costs as the history grows, how long
+loading a long persistent history takes, and how long ``import amplifier_anyio`` and the
+CLI take to start.
 
 Both suites report, never assert: the numbers depend on the machine. ``history`` is CPU
-work and runs on asyncio; ``startup`` starts fresh interpreters.
+work (and, for context-persistent, file work outside the timed regions except the load)
+and runs on asyncio; ``startup`` starts fresh interpreters.
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ from typing import Any
 
 import anyio
 
-from ..contexts import SimpleContextManager
-from ..runtime._requests import answer_orphaned_calls, apply_injections, build_request
+from ..contexts import PersistentContextManager, SimpleContextManager
+from ..runtime import _requests
 from .timing import Timing
 
-__all__ = ("history_suite", "startup_suite", "request_cost")
+__all__ = ("history_suite", "startup_suite", "request_cost", "CONTEXTS")
 
 _VIEW = 1_000
 """With compaction on, the budget is sized so that a request keeps about this many messages."""
+
+CONTEXTS = ("simple", "persistent")
+"""The contexts the history suite measures: context-simple and context-persistent."""
 
 
 def _ignore(_: str) -> None:
@@ -37,12 +42,17 @@ def _ignore(_: str) -> None:
 async def request_cost(context: Any) -> int:
     """Build one provider request as the turn engine does; the number of messages sent.
 
-    The same calls as a loop turn's request (the context's view, the orphaned-call repair,
-    the injections, the ``ChatRequest``), without a provider.
+    The same calls as a loop turn's request (the context's view with every tool call
+    answered, the injections, the ``ChatRequest``), without a provider.
     """
-    messages = await context.get_messages_for_request()
-    messages, _ = answer_orphaned_calls(messages)
-    request = build_request(apply_injections(messages, []), None)
+    fast = getattr(_requests, "request_messages", None)
+    if fast is not None:
+        messages, _ = await fast(context)
+        request = _requests.chat_request(_requests.inject(messages, []), None)
+    else:  # a tree before the request view (for before / after runs of this suite)
+        dicts = await context.get_messages_for_request()
+        dicts, _ = _requests.answer_orphaned_calls(dicts)
+        request = _requests.build_request(_requests.apply_injections(dicts, []), None)
     return len(request.messages)
 
 
@@ -60,30 +70,40 @@ def _round(index: int) -> list[dict[str, Any]]:
     ]
 
 
-def _context(compaction: bool, per_message: int) -> SimpleContextManager:
-    if not compaction:
-        return SimpleContextManager(max_tokens=10**12)
-    # compact above ~_VIEW messages, down to half of that
-    return SimpleContextManager(max_tokens=per_message * _VIEW)
+async def _per_message(history: list[dict[str, Any]]) -> int:
+    probe = SimpleContextManager()
+    await probe.set_messages(history[:100])
+    return max(probe.token_estimate // 100, 1)
+
+
+def _context(kind: str, compaction: bool, per_message: int, directory: Path) -> Any:
+    # without compaction a budget no history reaches; with it, compact above ~_VIEW
+    # messages, down to half of that
+    max_tokens = per_message * _VIEW if compaction else 10**12
+    if kind == "persistent":
+        return PersistentContextManager(directory / "context-messages.jsonl", max_tokens=max_tokens)
+    return SimpleContextManager(max_tokens=max_tokens)
 
 
 async def _request_case(
-    size: int, compaction: bool, repeats: int, history: list[dict[str, Any]]
+    kind: str, size: int, compaction: bool, repeats: int, history: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    probe = SimpleContextManager()
-    await probe.set_messages(history[:100])
-    per_message = max(probe.token_estimate // 100, 1)
-    context = _context(compaction, per_message)
-    await context.set_messages(history[:size])
-    await request_cost(context)  # untimed: as in a running agent, not its first request
-    times, sent = [], 0
-    for _ in range(repeats):
-        gc.collect()
-        start = time.perf_counter_ns()
-        sent = await request_cost(context)
-        times.append((time.perf_counter_ns() - start) / 1e9)
+    with tempfile.TemporaryDirectory() as directory:
+        context = _context(kind, compaction, await _per_message(history), Path(directory))
+        await context.set_messages(history[:size])
+        await request_cost(context)  # untimed: as in a running agent, not its first request
+        times: list[float] = []
+        sent = 0
+        for _ in range(repeats):
+            # as in a running agent: one tool round added since the last request
+            await context.add_messages(_round(10**6 + len(times)))
+            gc.collect()
+            start = time.perf_counter_ns()
+            sent = await request_cost(context)
+            times.append((time.perf_counter_ns() - start) / 1e9)
     timing = Timing(tuple(times))
     return {
+        "context": kind,
         "messages": size,
         "compaction": compaction,
         "sent": sent,
@@ -94,22 +114,24 @@ async def _request_case(
     }
 
 
-async def _run_case(iterations: int, compaction: bool, history: list[dict[str, Any]]) -> Any:
+async def _run_case(
+    kind: str, iterations: int, compaction: bool, history: list[dict[str, Any]]
+) -> Any:
     """An agent run of ``iterations`` tool rounds: add the round, build the next request."""
-    probe = SimpleContextManager()
-    await probe.set_messages(history[:100])
-    context = _context(compaction, max(probe.token_estimate // 100, 1))
-    await context.set_messages(history[:2])  # system, user
-    costs = []
-    gc.collect()
-    for index in range(iterations):
-        await context.add_messages(_round(index))
-        start = time.perf_counter_ns()
-        await request_cost(context)
-        costs.append((time.perf_counter_ns() - start) / 1e9)
+    with tempfile.TemporaryDirectory() as directory:
+        context = _context(kind, compaction, await _per_message(history), Path(directory))
+        await context.set_messages(history[:2])  # system, user
+        costs = []
+        gc.collect()
+        for index in range(iterations):
+            await context.add_messages(_round(index))
+            start = time.perf_counter_ns()
+            await request_cost(context)
+            costs.append((time.perf_counter_ns() - start) / 1e9)
     tenth = max(len(costs) // 10, 1)
     first, last = sorted(costs[:tenth]), sorted(costs[-tenth:])
     return {
+        "context": kind,
         "iterations": iterations,
         "compaction": compaction,
         "total_s": sum(costs),
@@ -119,35 +141,72 @@ async def _run_case(iterations: int, compaction: bool, history: list[dict[str, A
     }
 
 
+async def _load_case(size: int, repeats: int, history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Loading a context-persistent file of ``size`` messages (a new manager each time)."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "context-messages.jsonl"
+        await PersistentContextManager(path).set_messages(history[:size])
+        times, loaded = [], 0
+        for _ in range(repeats):
+            context = PersistentContextManager(path)
+            gc.collect()
+            start = time.perf_counter_ns()
+            await context.load()
+            times.append((time.perf_counter_ns() - start) / 1e9)
+            loaded = len(await context.get_messages())
+    timing = Timing(tuple(times))
+    return {
+        "messages": size,
+        "loaded": loaded,
+        "repeats": repeats,
+        "load": timing.to_dict(),
+        "load_ms": timing.median * 1e3,
+    }
+
+
 def history_suite(
     sizes: tuple[int, ...], iterations: int, repeats: int, step: Any = _ignore
 ) -> dict[str, Any]:
-    """Per-request cost at each history size (context-simple, compaction off and on), and
-    the request cost summed over an agent run of ``iterations`` tool rounds.
+    """Per-request cost at each history size (context-simple and context-persistent,
+    compaction off and on), the request cost summed over an agent run of ``iterations``
+    tool rounds, and the time to load a context-persistent file of the largest size.
 
-    ``slope`` is the log-log slope of request time against size (0: constant, 1: linear);
-    ``growth`` is the last tenth's median request over the first tenth's.
+    Each timed request follows one tool round added since the previous request, as in a
+    running agent. ``slope`` is the log-log slope of request time against size (0:
+    constant, 1: linear), per context and compaction; ``growth`` is the last tenth's
+    median request over the first tenth's.
     """
     from .suites import conversation  # noqa: PLC0415 - suites imports this module's callers
 
     history = conversation(max(*sizes, 100))
     cases: list[dict[str, Any]] = []
-    for compaction in (False, True):
-        for size in sizes:
-            cases.append(anyio.run(_request_case, size, compaction, repeats, history))
-            step(f"history: request at {size} messages, compaction {'on' if compaction else 'off'}")
+    for kind in CONTEXTS:
+        for compaction in (False, True):
+            for size in sizes:
+                cases.append(anyio.run(_request_case, kind, size, compaction, repeats, history))
+                step(
+                    f"history: context-{kind}, request at {size} messages, "
+                    f"compaction {'on' if compaction else 'off'}"
+                )
     runs = []
-    for compaction in (False, True):
-        runs.append(anyio.run(_run_case, iterations, compaction, history))
-        step(f"history: {iterations}-round run, compaction {'on' if compaction else 'off'}")
+    for kind in CONTEXTS:
+        for compaction in (False, True):
+            runs.append(anyio.run(_run_case, kind, iterations, compaction, history))
+            step(
+                f"history: context-{kind}, {iterations}-round run, "
+                f"compaction {'on' if compaction else 'off'}"
+            )
+    load = anyio.run(_load_case, max(sizes), repeats, history)
+    step(f"history: loading {max(sizes)} persistent messages")
     slopes = {}
-    for compaction in (False, True):
-        own = [c for c in cases if c["compaction"] is compaction]
-        slopes["on" if compaction else "off"] = _slope(
-            [math.log(c["messages"]) for c in own],
-            [math.log(max(c["request"]["median_s"], 1e-9)) for c in own],
-        )
-    return {"cases": cases, "runs": runs, "slope": slopes}
+    for kind in CONTEXTS:
+        for compaction in (False, True):
+            own = [c for c in cases if c["compaction"] is compaction and c["context"] == kind]
+            slopes[f"{kind} {'on' if compaction else 'off'}"] = _slope(
+                [math.log(c["messages"]) for c in own],
+                [math.log(max(c["request"]["median_s"], 1e-9)) for c in own],
+            )
+    return {"cases": cases, "runs": runs, "load": load, "slope": slopes}
 
 
 def _slope(xs: list[float], ys: list[float]) -> float | None:

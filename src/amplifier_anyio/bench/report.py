@@ -185,16 +185,15 @@ def _executors_table(report: dict[str, Any], markdown: bool) -> Table:
 
 def _history_tables(report: dict[str, Any], markdown: bool) -> list[Table]:
     history = report["history"]
-    slopes = ", ".join(
-        f"compaction {key} {value:.2f}" for key, value in history["slope"].items() if value
-    )
+    slopes = ", ".join(f"{key} {value:.2f}" for key, value in history["slope"].items() if value)
     table = _table(
-        f"One provider request, context-simple (median ms; time ~ size^k: {slopes or '-'})",
-        ["messages", "compaction", "sent", "request", "µs/msg"],
+        f"One provider request (median ms; time ~ size^k: {slopes or '-'})",
+        ["context", "messages", "compaction", "sent", "request", "µs/msg"],
         markdown,
     )
     for case in history["cases"]:
         table.add_row(
+            case.get("context", "simple"),
             f"{case['messages']:,}",
             "on" if case["compaction"] else "off",
             f"{case['sent']:,}",
@@ -203,11 +202,12 @@ def _history_tables(report: dict[str, Any], markdown: bool) -> list[Table]:
         )
     runs = _table(
         "An agent run of tool rounds: request cost summed (first / last tenth: median ms)",
-        ["rounds", "compaction", "total s", "first", "last", "last / first"],
+        ["context", "rounds", "compaction", "total s", "first", "last", "last / first"],
         markdown,
     )
     for run in history["runs"]:
         runs.add_row(
+            run.get("context", "simple"),
             f"{run['iterations']:,}",
             "on" if run["compaction"] else "off",
             f"{run['total_s']:.3f}",
@@ -215,7 +215,13 @@ def _history_tables(report: dict[str, Any], markdown: bool) -> list[Table]:
             _num(run["last_tenth_median_ms"]),
             f"{run['growth']:.1f}",
         )
-    return [table, runs]
+    tables = [table, runs]
+    load = history.get("load")
+    if load:
+        loading = _table("Loading context-persistent (ms)", ["messages", "load"], markdown)
+        loading.add_row(f"{load['messages']:,}", _ms(load["load"]["median_s"]))
+        tables.append(loading)
+    return tables
 
 
 def _peers_table(report: dict[str, Any], markdown: bool) -> Table:

@@ -46,7 +46,8 @@ def count_steps(config: BenchConfig, backends: int) -> int:
         per_backend += 1
     compaction = len(config.compaction_sizes) if "compaction" in config.suites else 0
     executors = config.repeats if "executors" in config.suites else 0  # one step a repeat
-    history = 2 * len(config.history_sizes) + 2 if "history" in config.suites else 0
+    # per context (simple, persistent): the sizes twice (compaction off / on), two runs; one load
+    history = 4 * len(config.history_sizes) + 5 if "history" in config.suites else 0
     startup = 1 if "startup" in config.suites else 0
     return per_backend * backends + compaction + executors + history + startup
 
@@ -244,7 +245,8 @@ def compaction_suite(sizes: tuple[int, ...], repeats: int, step: Step = _ignore)
     """Time ``compact`` and ``get_messages_for_request`` on histories of each size.
 
     The budget is half the history's estimate, so both really drop messages;
-    ``get_messages_for_request`` uses the context's cached per-message estimates. The
+    ``get_messages_for_request`` uses the context's cached per-message estimates, on a
+    history just set (its first compaction, not the kept one of later requests). The
     result holds the cases and, per function, the log-log slope of time against size
     (``1.0`` is linear).
     """
@@ -274,6 +276,7 @@ async def _compaction_case(size: int, repeats: int) -> dict[str, Any]:
         start = time.perf_counter_ns()
         view = compact(messages, budget, estimate)
         compact_times.append((time.perf_counter_ns() - start) / 1e9)
+        await context.set_messages(messages)  # a new history: the first, full compaction
         gc.collect()
         start = time.perf_counter_ns()
         request = await context.get_messages_for_request(token_budget=budget)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._jsonl import ContextFileError
+from ._view import RequestView
 from .compaction import Estimator, compact, compaction_notice, is_compaction_notice
 from .durable import approve, approve_session, pending_approvals
 from .persistent import (
@@ -18,6 +19,7 @@ __all__ = (
     "is_compaction_notice",
     "Estimator",
     "SimpleContextManager",
+    "RequestView",
     "PersistentContextManager",
     "ContextFileError",
     "interrupted_result",

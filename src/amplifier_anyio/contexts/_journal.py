@@ -242,10 +242,13 @@ def recover(
     settled = list(messages)
     changed = False
     owner: dict[str, int] = {}
-    for index, message in enumerate(messages):
-        for call_id, _ in calls(message):
-            owner[call_id] = index + 1
-        if is_placeholder(message):
+    held = any(m.get("role") == "tool" and is_placeholder(m) for m in messages)
+    for index, message in enumerate(messages if held else ()):  # (no placeholder: no work)
+        role = message.get("role")
+        if role == "assistant":
+            for call_id, _ in calls(message):
+                owner[call_id] = index + 1
+        elif role == "tool" and is_placeholder(message):
             call_id = str(message.get("tool_call_id"))
             at = owner.get(call_id)
             state = states.get((at, call_id)) if at is not None else None
@@ -293,10 +296,15 @@ def _missing_results(messages: list[dict[str, Any]]) -> dict[int, list[tuple[str
     missing: dict[int, list[tuple[str, str]]] = {}
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        open_calls = [call for call in calls(message) if call[0] not in answered_later]
-        if open_calls:
-            missing[index] = open_calls
-        answered_later.update(result_ids(message))
+        role, blocks = message.get("role"), message.get("content").__class__ is not str
+        # only an assistant message makes calls (in tool_calls or in content blocks)
+        if role == "assistant" and (blocks or message.get("tool_calls")):
+            open_calls = [call for call in calls(message) if call[0] not in answered_later]
+            if open_calls:
+                missing[index] = open_calls
+        # only a tool message or a message with content blocks answers calls
+        if role == "tool" or blocks:
+            answered_later.update(result_ids(message))
     return missing
 
 

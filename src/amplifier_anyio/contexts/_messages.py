@@ -12,14 +12,18 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..kernel._foreign import plain_message
+from ..models import Message, structure
+
 __all__ = (
     "call_ids",
     "calls",
     "result_ids",
     "copy_message",
     "estimate_tokens",
-    "hand_out",
-    "cached_model",
+    "to_model",
+    "lost_result",
+    "LOST_RESULT",
 )
 
 _CALL_BLOCKS = ("tool_call", "tool_use")
@@ -113,52 +117,37 @@ def estimate_tokens(message: Mapping[str, Any]) -> int:
     return max(1, (len(text) + 3) // 4)
 
 
-# -- structured models of handed-out copies ---------------------------------------------
-# A request view hands out copies of the stored messages, and the turn engine converts each
-# copy into a ``Message`` for the provider request. The conversion of a stored message
-# never changes (history is append-only; set_messages / clear store new dicts), so a
-# context keeps one slot per stored message for its model, and registers each copy it
-# hands out with the stored message and the slot. ``build_request`` reuses the model when
-# the copy it is given is a registered one and still equal to the stored message (a caller
-# may have changed its copy: then it is converted afresh, as before).
+# -- converted models and the lost-result answer ------------------------------------------
 
-_handed: dict[int, tuple[dict[str, Any], dict[str, Any], list[Any]]] = {}
+LOST_RESULT = "Error: the result of this call was not recorded (the context could not be written)"
+"""The content a request gives a tool call whose result never reached the context."""
 
 
-def hand_out(stored: list[dict[str, Any]], slots: list[list[Any]]) -> list[dict[str, Any]]:
-    """Copies of ``stored`` for a request, registered with their slots (see above).
-
-    A slot holds ``[stored message, model]`` once filled, so a slot paired with another
-    message (a subclass that keeps its own list) is never believed; slots of another
-    length than ``stored`` are not used at all.
-    """
-    global _handed  # noqa: PLW0603 - the registry of the latest view only
-    copies = [copy_message(message) for message in stored]
-    # A new registry per view: the previous view's copies are released; a view of another
-    # context being converted meanwhile only misses the cache.
-    _handed = (
-        {
-            id(copy): (copy, message, slot)
-            for copy, message, slot in zip(copies, stored, slots, strict=True)
-        }
-        if len(slots) == len(stored)
-        else {}
-    )
-    return copies
+def lost_result(call: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``role: tool`` answer a request gives an unanswered call (see LOST_RESULT)."""
+    return {
+        "role": "tool",
+        "tool_call_id": call.get("id"),
+        "name": call.get("name") or call.get("tool"),
+        "content": LOST_RESULT,
+    }
 
 
-def cached_model(message: dict[str, Any]) -> tuple[Any, Any]:
-    """``(fill, model)`` for a message given to a request: ``model`` is the cached one or
-    None; ``fill(model)`` caches a fresh one (None when the message is not a handed-out
-    copy still equal to its stored message)."""
-    entry = _handed.get(id(message))
-    if entry is None or entry[0] is not message or message != entry[1]:
-        return None, None
-    stored, slot = entry[1], entry[2]
-    if slot and slot[0] is stored:
-        return None, slot[1]
+def _normalise(message: dict[str, Any]) -> dict[str, Any]:
+    # A context of amplifier-core's may hold pydantic blocks: plain dicts first.
+    message = plain_message(message)
+    # Amplifier transcripts name the tool of a call "tool"; our ToolCall says "name".
+    listed = message.get("tool_calls")
+    if not listed or all("name" in c for c in listed if isinstance(c, dict)):
+        return message
+    fixed = [
+        {**c, "name": c["tool"]} if isinstance(c, dict) and "name" not in c and "tool" in c else c
+        for c in listed
+    ]
+    return {**message, "tool_calls": fixed}
 
-    def fill(model: Any) -> None:
-        slot[:] = [stored, model]
 
-    return fill, None
+def to_model(message: dict[str, Any]) -> Message:
+    """The :class:`~amplifier_anyio.models.Message` of a context's message dict."""
+    converted: Message = structure(_normalise(message), Message)
+    return converted

@@ -24,8 +24,10 @@ the messages are not added to the history either; the error is a
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +60,7 @@ __all__ = (
     "AMPLIFIER_HOME_ENV",
     "journal_path_for",
     "ResumeWork",
+    "line_estimate",
 )
 
 logger = logging.getLogger(__name__)
@@ -133,9 +136,10 @@ class PersistentContextManager(SimpleContextManager):
             compaction_threshold=compaction_threshold,
             target_usage=target_usage,
             safety_margin=safety_margin,
-            estimator=estimator,
+            estimator=estimator or line_estimate,
             hooks=hooks,
         )
+        self._estimates_from_lines = estimator is None
         self.path = Path(path)
         self._lock = anyio.Lock()
         self._loaded = False
@@ -232,10 +236,11 @@ class PersistentContextManager(SimpleContextManager):
     async def _load_locked(self) -> None:
         if self._loaded:
             return
+        estimator = None if self._estimates_from_lines else self.estimator
         messages, costs, closed, records = await anyio.to_thread.run_sync(
-            _load, self.path, self.journal_path, self.estimator
+            _load, self.path, self.journal_path, estimator
         )
-        self._replace(list(zip(messages, costs, strict=True)))
+        self._reset(messages, costs)
         self._records = records
         self._states = _journal.fold(records)
         self._loaded = True
@@ -397,13 +402,15 @@ class PersistentContextManager(SimpleContextManager):
 
 
 def _load(
-    path: Path, journal: Path, estimator: Estimator
+    path: Path, journal: Path, estimator: Estimator | None
 ) -> tuple[list[dict[str, Any]], list[int], int, list[dict[str, Any]]]:
     """Read, settle against the journal, repair (rewriting the files if needed) and
-    estimate; runs in a worker thread. Returns the journal records still needed."""
+    estimate (``estimator`` None: from the length of each message's line, see
+    :func:`line_estimate`); runs in a worker thread. Returns the journal records still
+    needed."""
     _jsonl.remove_stale_temp_files(path)  # one writer per file: any temp file is dead
     _jsonl.remove_stale_temp_files(journal)
-    messages, torn = _jsonl.read_messages(path)
+    messages, lengths, torn = _jsonl.read_lines(path)
     try:
         raw = journal.read_bytes()
     except FileNotFoundError:
@@ -420,7 +427,27 @@ def _load(
         _unlink(journal)
     elif raw and (len(kept) != len(records) or not raw.endswith(b"\n")):
         _jsonl.rewrite(journal, [_jsonl.encode(record) for record in kept])
-    return repaired, [estimator(message) for message in repaired], closed, kept
+    if estimator is not None:
+        costs = [estimator(message) for message in repaired]
+    elif not changed:  # the lines read give the estimates
+        costs = [(length + 3) // 4 or 1 for length in lengths]
+    else:  # a message the repair made is encoded
+        length_of = {id(message): length for message, length in zip(messages, lengths, strict=True)}
+        costs = [
+            _tokens(length_of[id(message)]) if id(message) in length_of else line_estimate(message)
+            for message in repaired
+        ]
+    return repaired, costs, closed, kept
+
+
+def _tokens(characters: int) -> int:
+    return max(1, (characters + 3) // 4)
+
+
+def line_estimate(message: Mapping[str, Any]) -> int:
+    """context-persistent's default estimate: about one token per four characters of the
+    message's line in the file (its JSON), so a load reads estimates off the lines."""
+    return _tokens(len(json.dumps(message, ensure_ascii=False)))
 
 
 def _unlink(path: Path) -> None:

@@ -3,10 +3,16 @@
 History is never changed by compaction: :meth:`SimpleContextManager.get_messages` always
 returns everything that was added. :meth:`~SimpleContextManager.get_messages_for_request`
 returns everything while the history's estimate stays at or under
-``compaction_threshold x budget``; above it, the view of
-:func:`~amplifier_anyio.contexts.compaction.compact` sized to ``target_usage x budget``
+``compaction_threshold x budget``. Above it the view is compacted, as
+:func:`~amplifier_anyio.contexts.compaction.compact` does, to ``target_usage x budget``
 (or to the whole budget when the protected messages alone are larger than that), and the
-``context:pre_compact`` / ``context:post_compact`` events are emitted.
+``context:pre_compact`` / ``context:post_compact`` events are emitted. The decision is
+sticky: later requests keep the same cut and add what was added since, until the view's
+own estimate exceeds the threshold again; only then is it compacted further.
+
+:meth:`~SimpleContextManager.request_view` gives the same view as converted ``Message``
+models with every tool call answered, for the turn engine: kept from one request to the
+next, so a request costs what was added since the last one, not the whole history.
 """
 
 from __future__ import annotations
@@ -21,8 +27,12 @@ from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, ValidationError
 from ..events import CONTEXT_POST_COMPACT, CONTEXT_PRE_COMPACT
 from ..kernel._foreign import plain_message
-from ._messages import copy_message, estimate_tokens, hand_out
-from .compaction import Estimator, _compact
+from ._messages import copy_message, estimate_tokens, to_model
+from ._view import NOTICE, Cut, Repair, RequestView, Units
+from .compaction import Estimator, compaction_notice
+
+if TYPE_CHECKING:
+    from ..models import Message
 
 if TYPE_CHECKING:
     from ..interfaces import Cleanup
@@ -70,9 +80,15 @@ class SimpleContextManager:
         self.hooks = hooks
         self._messages: list[dict[str, Any]] = []
         self._costs: list[int] = []
-        # one slot per stored message for its converted Message (see _messages.hand_out)
-        self._slots: list[list[Any]] = []
         self._total = 0
+        # the request view, kept from one request to the next (see _view)
+        self._models: list[Message | None] = []  # each stored message's, once converted
+        self._units: Units | None = None  # built once compaction is needed
+        self._reshaped = False  # an older unit changed since the view was last built
+        self._cut: Cut | None = None  # None: the view is the whole history
+        self._repair = Repair()
+        self._notices: dict[int, tuple[dict[str, Any], int]] = {}
+        self._notice_model: tuple[int, Message] | None = None
 
     @property
     def token_estimate(self) -> int:
@@ -111,41 +127,241 @@ class SimpleContextManager:
     async def get_messages_for_request(
         self, token_budget: int | None = None, provider: Any | None = None
     ) -> list[dict[str, Any]]:
-        """The messages to send now: all of them, or a compacted view (copies either way)."""
+        """The messages to send now: all of them, or the compacted view (copies either way).
+
+        Unanswered tool calls are left as they are (the turn engine answers them); see
+        :meth:`request_view` for the form the turn engine uses.
+        """
         await self._ready()
-        budget = self.resolve_budget(token_budget, provider)
-        # a snapshot: emitting events awaits, and other tasks may add messages meanwhile
-        messages, costs, total = list(self._messages), list(self._costs), self._total
-        slots = self._slots  # replaced, never changed in place, by set_messages / clear
-        if total <= self.compaction_threshold * budget:
-            return hand_out(messages, slots[: len(messages)])  # unused if the lengths differ
+        events = self._update_view(self.resolve_budget(token_budget, provider))
+        length, dict_at, _ = self._sequence()
+        messages = [copy_message(dict_at(position)) for position in range(length)]
+        await self._emit_all(events)
+        return messages
+
+    async def request_view(
+        self, token_budget: int | None = None, provider: Any | None = None
+    ) -> RequestView:
+        """The view of :meth:`get_messages_for_request` as the request sends it.
+
+        The same messages (the same compaction, the same events), as this context's own
+        converted :class:`~amplifier_anyio.models.Message` models, with every tool call
+        that no ``role: tool`` message right after it answers answered by the lost-result
+        message (the turn engine's repair; its ids in ``repaired``). Nothing is copied:
+        the models are shared from one request to the next and must not be changed. The
+        work is proportional to what was added since the previous request.
+        """
+        await self._ready()
+        events = self._update_view(self.resolve_budget(token_budget, provider))
+        length, dict_at, model_at = self._sequence()
+        cut = self._cut
+        trailer: tuple[Message, ...] = ()
+        if cut is not None and cut.notice and not cut.placed:
+            trailer = (model_at(NOTICE),)
+        view = self._repair.view(
+            length - len(trailer), dict_at, model_at, trailer
+        )  # the trailer is not part of the final run
+        await self._emit_all(events)
+        return view
+
+    # -- the view (see _view) ------------------------------------------------------------
+
+    def _sequence(
+        self,
+    ) -> tuple[int, Any, Any]:
+        """``(length, dict_at, model_at)`` of the current view by position (``model_at``
+        also takes :data:`NOTICE`); the notice at the end counts in ``length``."""
+        messages, models, cut = self._messages, self._models, self._cut
+
+        def model_of(index: int) -> Message:
+            if index == NOTICE:
+                return self._notice_message()
+            model = models[index]
+            if model is None:
+                model = models[index] = to_model(copy_message(messages[index]))
+            return model
+
+        if cut is None:
+            return len(messages), messages.__getitem__, model_of
+        keys = cut.keys
+        trailing = cut.notice and not cut.placed
+
+        def dict_at(position: int) -> dict[str, Any]:
+            key = keys[position] if position < len(keys) else NOTICE
+            return self._notice_dict() if key == NOTICE else messages[key]
+
+        def model_at(position: int) -> Message:
+            if position == NOTICE:
+                return model_of(NOTICE)
+            return model_of(keys[position] if position < len(keys) else NOTICE)
+
+        return len(keys) + trailing, dict_at, model_at
+
+    def _notice(self, dropped: int) -> tuple[dict[str, Any], int]:
+        found = self._notices.get(dropped)
+        if found is None:
+            notice = compaction_notice(dropped)
+            found = self._notices[dropped] = (notice, self.estimator(notice))
+        return found
+
+    def _notice_dict(self) -> dict[str, Any]:
+        assert self._cut is not None
+        return self._notice(self._cut.dropped)[0]
+
+    def _notice_message(self) -> Message:
+        assert self._cut is not None
+        dropped = self._cut.dropped
+        if self._notice_model is None or self._notice_model[0] != dropped:
+            self._notice_model = (dropped, to_model(self._notice(dropped)[0]))
+        return self._notice_model[1]
+
+    def _update_view(self, budget: int) -> list[tuple[str, dict[str, Any]]]:
+        """Bring the view up to date for ``budget``; the events to emit (no await here,
+        so the view is one consistent state)."""
+        if self._total <= self.compaction_threshold * budget:
+            if self._cut is not None:  # everything fits again
+                self._cut = None
+                self._repair.reset()
+            return []
+        units = self._feed_units()
+        cut = self._cut
+        if cut is None:
+            cut = self._cut = Cut()
+            self._rebuild(cut, units)
+        elif self._reshaped:
+            self._rebuild(cut, units)
+        else:
+            self._extend(cut, units)
+        self._reshaped = False
+        tokens = cut.kept_tokens + (self._notice(cut.dropped)[1] if cut.notice else 0)
+        if tokens <= self.compaction_threshold * budget:
+            return []
+        return self._compact_view(cut, units, budget)
+
+    def _feed_units(self) -> Units:
+        units = self._units
+        if units is None:
+            units = self._units = Units()
+        messages, costs = self._messages, self._costs
+        for index in range(len(units), len(messages)):
+            if units.add(messages[index], costs[index]):
+                self._reshaped = True
+        return units
+
+    def _rebuild(self, cut: Cut, units: Units) -> None:
+        """The view of ``cut`` over the whole history (when an older unit changed)."""
+        find, protected, root, costs = units.find, units.protected, cut.root, self._costs
+        keys: list[int] = []
+        kept_tokens, last_dropped = 0, -1
+        for index in range(len(units)):
+            unit = find(index)
+            if unit in protected or unit >= root:
+                keys.append(index)
+                kept_tokens += costs[index]
+            else:
+                last_dropped = index
+        cut.keys, cut.kept_tokens, cut.last_dropped = keys, kept_tokens, last_dropped
+        cut.dropped, cut.upto = len(units) - len(keys), len(units)
+        self._place_notice(cut, units)
+        self._repair.reset()
+
+    def _extend(self, cut: Cut, units: Units) -> None:
+        """Add the messages since the last request to the view."""
+        find, protected, costs, keys = units.find, units.protected, self._costs, cut.keys
+        for index in range(cut.upto, len(units)):
+            unit = find(index)
+            if unit not in protected and unit < cut.root:
+                # a late answer to a call that was left out: it is left out too
+                self._rebuild(cut, units)
+                return
+            if cut.notice and not cut.placed and unit == index:
+                keys.append(NOTICE)  # the notice stands before the next unit's start
+                cut.placed = True
+            keys.append(index)
+            cut.kept_tokens += costs[index]
+        cut.upto = len(units)
+
+    def _place_notice(self, cut: Cut, units: Units) -> None:
+        """Whether the view has the notice (when it fits the target), and where."""
+        notice_cost = self._notice(cut.dropped)[1]
+        cut.notice = cut.dropped > 0 and cut.kept_tokens + notice_cost <= cut.target
+        cut.placed = False
+        if not cut.notice:
+            return
+        for position, index in enumerate(cut.keys):
+            if index > cut.last_dropped and units.is_root(index):
+                cut.keys.insert(position, NOTICE)
+                cut.placed = True
+                return
+
+    def _compact_view(
+        self, cut: Cut, units: Units, budget: int
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Compact the view to the target: drop its oldest unprotected units (the cut
+        moves forward); as :func:`~.compaction.compact` would choose over the view."""
+        history, total = len(units), self._total
         target = int(budget * self.target_usage)
-        await self._emit(
-            CONTEXT_PRE_COMPACT,
-            {"messages": len(messages), "tokens": total, "budget": budget, "target": target},
-        )
-        outcome = _compact(messages, target, self.estimator, costs)
-        if outcome.protected_tokens > target:
+        pre = {"messages": history, "tokens": total, "budget": budget, "target": target}
+        protected_tokens = units.protected_tokens
+        if protected_tokens > target:
             # the protected messages alone fill the target: use the whole budget instead
             target = budget
-            outcome = _compact(messages, target, self.estimator, costs)
-        await self._emit(
-            CONTEXT_POST_COMPACT,
-            {
-                "messages_before": len(messages),
-                "messages_after": len(outcome.messages),
-                "messages_dropped": outcome.dropped,
-                "tokens_before": total,
-                "tokens_after": outcome.tokens,
-                "budget": budget,
-                "target": target,
-            },
-        )
-        if outcome.kept is None or len(slots) < len(messages):
-            return [copy_message(message) for message in outcome.messages]
-        # the view's own slots: the kept messages' (in order), a fresh one for the notice
-        by_id = {id(messages[index]): slots[index] for index in outcome.kept}
-        return hand_out(outcome.messages, [by_id.get(id(m), []) for m in outcome.messages])
+        if cut.kept_tokens > target:
+            reserve = self._notice(history)[1]
+            if protected_tokens + reserve > target:
+                reserve = 0
+            room = target - protected_tokens - reserve
+            unprotected = cut.kept_tokens - protected_tokens
+            roots, protected, position = units.roots, units.protected, cut.roots_from
+            cut_root = cut.root
+            while unprotected > room and position < len(roots):
+                root = roots[position]
+                position += 1
+                if root < cut_root or not units.is_root(root) or root in protected:
+                    continue
+                unprotected -= units.cost[root]
+                cut_root = root + 1
+            cut.roots_from = position
+            if cut_root != cut.root:
+                cut.root = cut_root
+                self._drop(cut, units)
+        cut.target = target
+        if not cut.placed or not cut.notice:
+            cut.keys = [index for index in cut.keys if index != NOTICE]
+            self._place_notice(cut, units)
+        self._repair.reset()
+        notice_cost = self._notice(cut.dropped)[1] if cut.notice else 0
+        post = {
+            "messages_before": history,
+            "messages_after": len(cut.keys) + (cut.notice and not cut.placed),
+            "messages_dropped": cut.dropped,
+            "tokens_before": total,
+            "tokens_after": cut.kept_tokens + notice_cost,
+            "budget": budget,
+            "target": target,
+        }
+        return [(CONTEXT_PRE_COMPACT, pre), (CONTEXT_POST_COMPACT, post)]
+
+    def _drop(self, cut: Cut, units: Units) -> None:
+        """Take the units below the (moved) cut out of the view; place the notice anew."""
+        find, protected, root, costs = units.find, units.protected, cut.root, self._costs
+        keys: list[int] = []
+        for index in cut.keys:
+            if index == NOTICE:
+                continue
+            unit = find(index)
+            if unit in protected or unit >= root:
+                keys.append(index)
+            else:
+                cut.kept_tokens -= costs[index]
+                cut.dropped += 1
+                cut.last_dropped = max(cut.last_dropped, index)
+        cut.keys = keys
+        cut.placed = cut.notice = False
+
+    async def _emit_all(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        for event, data in events:
+            await self._emit(event, data)
 
     async def should_compact(self) -> bool:
         """Whether the stored history needs compacting: never (amplifier-core's protocol).
@@ -203,14 +419,18 @@ class SimpleContextManager:
     def _append(self, stored: dict[str, Any], cost: int) -> None:
         self._messages.append(stored)
         self._costs.append(cost)
-        self._slots.append([])
+        self._models.append(None)
         self._total += cost
 
     def _replace(self, prepared: list[tuple[dict[str, Any], int]]) -> None:
-        self._messages = [stored for stored, _ in prepared]
-        self._costs = [cost for _, cost in prepared]
-        self._slots = [[] for _ in prepared]
-        self._total = sum(self._costs)
+        self._reset([stored for stored, _ in prepared], [cost for _, cost in prepared])
+
+    def _reset(self, messages: list[dict[str, Any]], costs: list[int]) -> None:
+        """A new history (the lists are taken as they are); nothing of the old view holds."""
+        self._messages, self._costs, self._total = messages, costs, sum(costs)
+        self._models = [None] * len(messages)
+        self._units, self._cut, self._reshaped = None, None, False
+        self._repair.reset()
 
     async def _ready(self) -> None:
         """Await whatever must happen before the history is read (a checkpoint here)."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..contexts._messages import cached_model
+import attrs
+
+from ..contexts._messages import LOST_RESULT, lost_result, to_model
 from ..errors import ConfigError, LLMError
-from ..kernel._foreign import plain_message
 from ..kernel._foreign import tool_calls_of as foreign_tool_calls
 from ..models import (
     ChatRequest,
@@ -16,7 +17,6 @@ from ..models import (
     Message,
     ToolCall,
     ToolSpec,
-    structure,
     unstructure,
 )
 
@@ -26,6 +26,7 @@ __all__ = (
     "apply_injections",
     "pending_injection",
     "build_request",
+    "chat_request",
     "tool_calls_of",
     "assistant_message",
     "error_payload",
@@ -33,6 +34,8 @@ __all__ = (
     "llm_response_payload",
     "answer_orphaned_calls",
     "LOST_RESULT",
+    "request_messages",
+    "inject",
 )
 
 LOOP_LIMIT_REMINDER = (
@@ -101,38 +104,57 @@ def apply_injections(
     return result
 
 
-def _normalise(message: dict[str, Any]) -> dict[str, Any]:
-    # A context of amplifier-core's may hold pydantic blocks: plain dicts first.
-    message = plain_message(message)
-    # Amplifier transcripts name the tool of a call "tool"; our ToolCall says "name".
-    calls = message.get("tool_calls")
-    if not calls or all("name" in c for c in calls if isinstance(c, dict)):
-        return message
-    fixed = [
-        {**c, "name": c["tool"]} if isinstance(c, dict) and "name" not in c and "tool" in c else c
-        for c in calls
-    ]
-    return {**message, "tool_calls": fixed}
+def inject(messages: list[Message], injections: Sequence[dict[str, Any]]) -> list[Message]:
+    """:func:`apply_injections` over converted messages: the same result, as models.
+
+    ``messages`` is a request's own list: it is extended in place and returned.
+    """
+    for injection in injections:
+        last = messages[-1] if messages else None
+        if injection.get("append_to_last_tool_result") and last and last.role == "tool":
+            content = last.content if isinstance(last.content, str) else unstructure(last.content)
+            messages[-1] = attrs.evolve(last, content=f"{content}\n\n{injection['content']}")
+        else:
+            role = injection.get("role", "system")
+            messages.append(to_model({"role": role, "content": injection["content"]}))
+    return messages
 
 
-def _model(message: dict[str, Any]) -> Message:
-    """The Message of a context dict, reusing the one a context cached for its copy."""
-    fill, model = cached_model(message)
-    if model is not None:
-        return model  # type: ignore[no-any-return]
-    converted = structure(_normalise(message), Message)
-    if fill is not None:
-        fill(converted)
-    return converted
+async def request_messages(
+    context: Any, provider: Any | None = None
+) -> tuple[list[Message], tuple[str, ...]]:
+    """A request's messages, every tool call answered, and the ids the repair answered.
+
+    Through the context's ``request_view`` when it has one (context-simple and
+    context-persistent: their kept models, the cost of what was added since the last
+    request); else its ``get_messages_for_request``, :func:`answer_orphaned_calls` and a
+    conversion of every message (a foreign context). The list is the caller's own.
+    """
+    view_of = getattr(context, "request_view", None)
+    if view_of is not None:
+        view = await view_of(provider=provider)
+        return view.messages, tuple(view.repaired)
+    dicts = await context.get_messages_for_request(provider=provider)
+    dicts, repaired = answer_orphaned_calls(dicts)
+    return [to_model(message) for message in dicts], tuple(repaired)
 
 
 def build_request(
-    messages: Sequence[dict[str, Any]],
+    messages: Sequence[dict[str, Any] | Message],
     tools: Mapping[str, Any] | None,
     **options: Any,
 ) -> ChatRequest:
-    """A ChatRequest from context dicts and mounted tools (``None``: no tools offered)."""
-    structured = [_model(m) for m in messages]
+    """A ChatRequest from context dicts (or converted messages, used as they are) and
+    mounted tools (``None``: no tools offered)."""
+    structured = [m if isinstance(m, Message) else to_model(m) for m in messages]
+    return chat_request(structured, tools, **options)
+
+
+def chat_request(
+    messages: list[Message], tools: Mapping[str, Any] | None, **options: Any
+) -> ChatRequest:
+    """A ChatRequest from converted messages (the list is used as it is) and mounted tools
+    (``None``: no tools offered): :func:`build_request` without the conversion."""
     specs = None
     if tools:
         specs = [
@@ -144,7 +166,7 @@ def build_request(
             for name, tool in tools.items()
         ]
     clean = {k: v for k, v in options.items() if v is not None}
-    return ChatRequest(messages=structured, tools=specs, **clean)
+    return ChatRequest(messages=messages, tools=specs, **clean)
 
 
 def tool_calls_of(provider: Any, response: ChatResponse) -> list[ToolCall]:
@@ -201,10 +223,6 @@ def llm_response_payload(provider: str, response: ChatResponse) -> dict[str, Any
     }
 
 
-LOST_RESULT = "Error: the result of this call was not recorded (the context could not be written)"
-"""The content a request gives a tool call whose result never reached the context."""
-
-
 def answer_orphaned_calls(
     messages: list[dict[str, Any]],
 ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -236,15 +254,7 @@ def answer_orphaned_calls(
             result = list(messages[: index - 1])
         if result is not None:
             result.extend(messages[index - 1 : end])
-            for call in missing:
-                result.append(
-                    {
-                        "role": "tool",
-                        "tool_call_id": call.get("id"),
-                        "name": call.get("name") or call.get("tool"),
-                        "content": LOST_RESULT,
-                    }
-                )
+            result.extend(lost_result(call) for call in missing)
         repaired.extend(str(call.get("id")) for call in missing)
         index = end
     return (messages if result is None else result), repaired

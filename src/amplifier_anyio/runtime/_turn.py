@@ -56,14 +56,14 @@ from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, uns
 from ..models._validators import number
 from ._requests import (
     LOOP_LIMIT_REMINDER,
-    answer_orphaned_calls,
-    apply_injections,
     assistant_message,
-    build_request,
+    chat_request,
     error_payload,
+    inject,
     llm_request_payload,
     llm_response_payload,
     pending_injection,
+    request_messages,
     select_provider,
     tool_calls_of,
 )
@@ -360,19 +360,19 @@ class Turn:
     async def _request(
         self, provider: Provider, *, with_tools: bool, reminder: bool
     ) -> ChatRequest:
-        messages = await self.context.get_messages_for_request(provider=provider)
-        messages, repaired = answer_orphaned_calls(messages)
+        # the context's kept view when it offers one (request_view), else its dicts
+        messages, repaired = await request_messages(self.context, provider)
         if repaired:
             logger.error("answered %d tool calls without a recorded result", len(repaired))
             await self.hooks.emit(
                 PROVIDER_TOOL_SEQUENCE_REPAIRED,
-                {"provider": self.provider_name, "tool_call_ids": repaired},
+                {"provider": self.provider_name, "tool_call_ids": list(repaired)},
             )
         injections, self.injections = self.injections, []
         if reminder:
             injections.append({"role": "user", "content": LOOP_LIMIT_REMINDER})
-        return build_request(
-            apply_injections(messages, injections),
+        return chat_request(
+            inject(messages, injections),
             self.tools if with_tools else None,
             reasoning_effort=self.config.reasoning_effort,
         )

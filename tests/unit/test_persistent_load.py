@@ -1,0 +1,80 @@
+"""Loading context-persistent: the fast reader reads what the line-by-line reader did.
+
+What a user sees: the same history and the same estimates after a restart as before it
+(non-ASCII text too), blank lines skipped, any bad line reported with its number.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amplifier_anyio.contexts import ContextFileError, PersistentContextManager
+from amplifier_anyio.contexts._jsonl import read_lines
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_reload_has_the_history_and_the_estimates_of_before(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.jsonl"
+    writer = PersistentContextManager(path)
+    await writer.add_message({"role": "system", "content": "Sé breve. 简洁。🙂"})
+    await writer.add_messages(
+        [
+            {"role": "user", "content": "ünïcödé " * 50},
+            {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+        ]
+    )
+    reader = PersistentContextManager(path)
+    assert await reader.get_messages() == await writer.get_messages()
+    assert reader.token_estimate == writer.token_estimate
+    assert reader._costs == writer._costs
+
+
+async def test_blank_lines_are_skipped_and_a_bad_line_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "ctx.jsonl"
+    first, second = {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}
+    path.write_text(f"{json.dumps(first)}\n\n  \n{json.dumps(second)}\n", encoding="utf-8")
+    assert await PersistentContextManager(path).get_messages() == [first, second]
+    path.write_text(f"{json.dumps(first)}\n{json.dumps(first)} {json.dumps(second)}\n")
+    with pytest.raises(ContextFileError, match=r"ctx\.jsonl:2:"):
+        await PersistentContextManager(path).load()
+    # a value that spans two lines is two bad lines, not one message
+    path.write_text('{"role": "user", "content": [1,\n2]}\n{"role": "user"}\n')
+    with pytest.raises(ContextFileError, match=r"ctx\.jsonl:1:"):
+        await PersistentContextManager(path).load()
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+_MESSAGES = st.builds(
+    lambda role, extra: {"role": role, **extra},
+    st.sampled_from(["user", "assistant", "tool", "system"]),
+    st.dictionaries(_TEXT.filter(lambda key: key != "role"), _VALUES, max_size=3),
+)
+
+
+@given(messages=st.lists(_MESSAGES, max_size=8), blank=st.booleans(), torn=st.booleans())
+@settings(max_examples=50, deadline=None)
+def test_the_reader_gives_each_line_and_its_length(
+    tmp_path_factory: Any, messages: list[dict[str, Any]], blank: bool, torn: bool
+) -> None:
+    path = tmp_path_factory.mktemp("lines") / "ctx.jsonl"
+    lines = [json.dumps(message, ensure_ascii=False) for message in messages]
+    text = "".join(f"{line}\n" + ("\n" if blank else "") for line in lines)
+    if torn:
+        text += '{"role": "user", "cont'
+    path.write_bytes(text.encode("utf-8"))
+    read, lengths, was_torn = read_lines(path)
+    assert read == messages
+    assert lengths == [len(line) for line in lines]
+    assert was_torn is torn
