@@ -21,6 +21,7 @@ from amplifier_anyio.bench import (
     BenchConfig,
     FanoutTurn,
     conversation,
+    evaluate_targets,
     render_tables,
     run_benchmarks,
     taskgroup_floor,
@@ -126,7 +127,9 @@ class TestReport:
     def test_every_target_is_judged_on_every_backend(self, report: dict[str, Any]) -> None:
         targets = report["targets"]
         assert {(t["name"], t["backend"]) for t in targets} == {
-            (target.name, backend) for target in TARGETS for backend in INSTALLED
+            (target.name, backend)
+            for target in TARGETS
+            for backend in (INSTALLED if target.per_backend else ["-"])
         }
         by_name = {(t["name"], t["backend"]): t for t in targets}
         for backend in INSTALLED:
@@ -137,6 +140,10 @@ class TestReport:
             assert emit["met"] == (emit["measured"] < emit["threshold"])
             memory = by_name["memory_per_call", backend]
             assert memory["case"] == {"n": 8, "delay_ms": 2.0, "hooks": 0}
+        # the run had no history or startup suite: its run-wide targets are not measured
+        for target in TARGETS:
+            if not target.per_backend:
+                assert by_name[target.name, "-"]["met"] is None
 
     def test_json_file_round_trips(self, report: dict[str, Any], tmp_path: Path) -> None:
         path = tmp_path / "bench.json"
@@ -263,3 +270,43 @@ class TestOutput:
         assert result.exit_code == 2
         assert "the plot shows the fanout suite; add --suite fanout" in result.stderr
         assert not path.exists()
+
+
+def test_run_wide_targets_read_the_history_and_startup_suites() -> None:
+    def request(context: str, compaction: bool, ms: float) -> dict[str, Any]:
+        return {"context": context, "messages": 100_000, "compaction": compaction, "request_ms": ms}
+
+    report: dict[str, Any] = {
+        "history": {
+            "cases": [
+                request("simple", False, 1.5),
+                request("simple", True, 0.3),
+                request("persistent", False, 7.0),
+                request("persistent", True, 0.3),
+                {"context": "simple", "messages": 10_000, "compaction": False, "request_ms": 9.0},
+            ],
+            "runs": [
+                {"context": "simple", "iterations": 1000, "compaction": False, "growth": 1.1},
+                {"context": "persistent", "iterations": 1000, "compaction": True, "growth": 1.4},
+            ],
+            "load": {"messages": 100_000, "load_ms": 313.0},
+        },
+        "startup": {
+            "cases": [
+                {"command": "import amplifier_anyio", "median_ms": 24.0},
+                {"command": "cli run (demo, no delay)", "median_ms": 620.0},
+            ]
+        },
+    }
+    judged = {t["name"]: t for t in evaluate_targets(report, ["asyncio"]) if t["backend"] == "-"}
+    # the dearer of compaction off / on, at 100 000 messages only
+    assert judged["request_simple_100k"]["measured"] == 1.5
+    assert judged["request_simple_100k"]["met"] is True
+    assert judged["request_persistent_100k"]["measured"] == 7.0
+    assert judged["request_persistent_100k"]["met"] is False
+    assert judged["request_growth"]["measured"] == 1.4
+    assert judged["request_growth"]["case"]["context"] == "persistent"
+    assert judged["load_persistent_100k"]["met"] is True
+    assert judged["import_time"]["met"] is True
+    assert judged["demo_run_time"]["measured"] == 620.0
+    assert judged["demo_run_time"]["met"] is False
