@@ -1,0 +1,36 @@
+"""Public names imported on first use (PEP 562), for the packages that re-export them.
+
+A package lists each name with the submodule that defines it; importing the package then
+costs nothing beyond this module, and ``amplifier_anyio.providers`` need not import httpx
+for a plan that only uses the scripted provider.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ("lazy_names",)
+
+
+def lazy_names(
+    package: str, namespace: dict[str, Any], names: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` for ``package``: each of ``names`` (name -> submodule)
+    is imported from its submodule on first use and kept in ``namespace`` (the package's
+    ``globals()``), so later lookups never come back here."""
+
+    def __getattr__(name: str) -> Any:  # noqa: N807 - the module hook's own name
+        module = names.get(name)
+        if module is None:
+            msg = f"module {package!r} has no attribute {name!r}"
+            raise AttributeError(msg)
+        value = getattr(importlib.import_module(f".{module}", package), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:  # noqa: N807 - the module hook's own name
+        return sorted({*namespace, *names})
+
+    return __getattr__, __dir__
