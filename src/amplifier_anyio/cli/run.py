@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -151,6 +153,33 @@ class _Turn:
         self.strict = strict
 
     async def __call__(self) -> tuple[TurnResult, str]:
+        """The turn, with Ctrl-C read as a signal that cancels it through a cancel scope.
+
+        asyncio's own Ctrl-C handler cancels the main task natively, and a native cancel
+        goes through shields: landing inside asyncio's subprocess start (which tool-bash
+        shields for this reason) it waited forever for pipes that never connect. A cancel
+        scope respects the shields, on asyncio and trio alike.
+        """
+        outcome: tuple[TurnResult, str] | None = None
+        try:
+            with anyio.open_signal_receiver(signal.SIGINT) as signals:
+                async with anyio.create_task_group() as group:
+                    with anyio.CancelScope() as scope:
+                        group.start_soon(_cancel_on_signal, signals, scope)
+                        try:
+                            outcome = await self._turn()
+                        finally:
+                            group.cancel_scope.cancel()
+        except BaseExceptionGroup as wrapped:
+            if len(wrapped.exceptions) != 1:
+                raise
+            # the turn's own exception (a typer.Exit, a failed start), as it was raised
+            raise wrapped.exceptions[0] from None
+        if scope.cancel_called or outcome is None:
+            raise KeyboardInterrupt  # cli_command: "interrupted", exit 130
+        return outcome
+
+    async def _turn(self) -> tuple[TurnResult, str]:
         session = AmplifierSession(self.plan, strict=self.strict, approval_system=approval_system())
         if self.log is not None:
             self.log.open()
@@ -162,6 +191,11 @@ class _Turn:
             if self.system is not None:
                 await add_system_prompt(session, self.system)
             return await session.run(self.prompt), session.session_id
+
+
+async def _cancel_on_signal(signals: AsyncIterator[int], scope: anyio.CancelScope) -> None:
+    async for _ in signals:
+        scope.cancel()
 
 
 def _run(turn: _Turn, backend: str) -> tuple[TurnResult, str]:
