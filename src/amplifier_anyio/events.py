@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = (
+    "GATE_EVENTS",
     "SESSION_START",
     "SESSION_END",
     "SESSION_FORK",
@@ -197,6 +198,11 @@ ALL_EVENTS: Final[tuple[str, ...]] = (
     *LIFECYCLE_EVENTS,
 )
 """Every canonical event name, upstream's first, in upstream's order."""
+
+GATE_EVENTS: Final[frozenset[str]] = frozenset({PROMPT_SUBMIT, PROVIDER_REQUEST, TOOL_PRE})
+"""Events whose answer decides whether work runs. A handler that raises, or answers
+something that is not a verdict, *denies* on these (a gate fails closed); on every other
+event it is logged and skipped."""
 
 RESERVED_EVENTS: Final[frozenset[str]] = frozenset(
     {

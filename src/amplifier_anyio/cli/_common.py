@@ -144,7 +144,9 @@ class StartupError(Exception):
 
 async def enter_session(stack: contextlib.AsyncExitStack, session: AmplifierSession) -> None:
     """Enter ``session`` on ``stack``; a module that fails to load or mount is a StartupError."""
-    session.coordinator.hooks.register(MODULE_LOAD_FAILED, warn_load_failed, name="cli-warn")
+    session.coordinator.hooks.register(
+        MODULE_LOAD_FAILED, warn_load_failed, name="cli-warn", inline=True
+    )
     try:
         # Entered with ``async with``: the session then owns the task group that
         # module services (hooks-logging's writer, …) run in.
@@ -211,7 +213,9 @@ def print_events(session: AmplifierSession, enabled: Callable[[], bool] = lambda
         return HookResult()
 
     for event in ALL_EVENTS:
-        session.coordinator.hooks.register(event, show, priority=1_000_000, name="cli-events")
+        session.coordinator.hooks.register(
+            event, show, priority=1_000_000, name="cli-events", inline=True
+        )
 
 
 class EventLog:

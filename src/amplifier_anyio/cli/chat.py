@@ -299,8 +299,10 @@ class _Repl:
     def _attach(self, session: AmplifierSession) -> None:
         hooks = session.coordinator.hooks
         print_events(session, lambda: self.events)
-        hooks.register(CONTENT_BLOCK_START, self._on_block_start, name="cli-chat-stream")
-        hooks.register(CONTENT_BLOCK_DELTA, self._on_delta, name="cli-chat-stream")
+        hooks.register(
+            CONTENT_BLOCK_START, self._on_block_start, name="cli-chat-stream", inline=True
+        )
+        hooks.register(CONTENT_BLOCK_DELTA, self._on_delta, name="cli-chat-stream", inline=True)
 
     def _banner(
         self, session: AmplifierSession, path: Path, history: list[dict[str, Any]], resumed: bool

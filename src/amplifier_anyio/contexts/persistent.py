@@ -36,6 +36,7 @@ import anyio.to_thread
 
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError
+from ..kernel._offload import BlockingLane
 from ..kernel._turns import PendingApproval
 from . import _journal, _jsonl
 from ._journal import ResumeWork
@@ -142,6 +143,11 @@ class PersistentContextManager(SimpleContextManager):
         self._estimates_from_lines = estimator is None
         self.path = Path(path)
         self._lock = anyio.Lock()
+        # Every write, fsync, rename and unlink of the file (and of the journal) runs on a
+        # lane: a caller whose bound expires stops waiting, and the next write waits for
+        # the stuck one instead of interleaving with it (DESIGN §3, bounded OS waits).
+        self._file_lane = BlockingLane()
+        self._journal_lane = BlockingLane()
         self._loaded = False
         self._loaded_from_file = False
         self._undo_to: int | None = None  # where torn bytes of a failed append start
@@ -169,7 +175,10 @@ class PersistentContextManager(SimpleContextManager):
         """Append a copy of ``message`` to the file (fsynced) and to the history.
 
         If writing fails, :class:`ContextFileError` is raised and neither the file nor
-        the history has the message.
+        the history has the message. If the caller stops waiting (a bounded write gave
+        up, a cancel), the history does not have it either: an assistant message whose
+        calls would then run is withdrawn; should the stuck write land later, a reload
+        closes its calls as interrupted.
         """
         stored, cost = self._prepare(message)
         line = _jsonl.encode(stored)
@@ -185,12 +194,24 @@ class PersistentContextManager(SimpleContextManager):
         file nor the history has any of them. A crash mid-write leaves at most a torn last
         line, which loading ignores; calls whose results were lost are then closed as
         interrupted.
+
+        If the caller stops waiting while the write is under way (a bounded write gave up,
+        a cancel), the messages are kept in the live history all the same: they are a
+        batch's results, and the history the turn goes on with must answer every call.
+        The file catches up when the stuck write lands; if it never does, a reload closes
+        those calls as interrupted.
         """
         prepared = [self._prepare(message) for message in messages]
         lines = b"".join(_jsonl.encode(stored) for stored, _ in prepared)
         async with self._lock:
             await self._load_locked()
-            await self._append_locked(lines)
+            try:
+                await self._append_locked(lines)
+            except anyio.get_cancelled_exc_class():
+                if self._file_lane.busy:  # given up on mid-write: answered in memory
+                    for stored, cost in prepared:
+                        self._append(stored, cost)
+                raise
             for stored, cost in prepared:
                 self._append(stored, cost)
         if len(self._records) >= JOURNAL_COMPACT_AT:
@@ -202,7 +223,7 @@ class PersistentContextManager(SimpleContextManager):
         async with self._journal_lock:
             if self._journal_queue or _journal.placeholders(self._messages):
                 return
-            await anyio.to_thread.run_sync(_unlink, self.journal_path)
+            await self._journal_lane.run(_unlink, self.journal_path)
             self._records, self._states, self._journal_undo = [], {}, None
 
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
@@ -250,10 +271,10 @@ class PersistentContextManager(SimpleContextManager):
             logger.warning("%s: closed %d interrupted tool call(s)", self.path, closed)
 
     async def _append_locked(self, data: bytes) -> None:
-        # not abandoned on cancel: the thread finishes either way, and what it reports
-        # (written, or not written at all) is what the history must follow
+        # Abandoned only when the caller's bound expires: until then what the thread
+        # reports (written, or not written at all) is what the history follows.
         try:
-            await anyio.to_thread.run_sync(_jsonl.append_line, self.path, data, self._undo_to)
+            await self._file_lane.run(_jsonl.append_line, self.path, data, self._undo_to)
         except _jsonl.AppendError as exc:
             self._undo_to = exc.undo_to
             raise
@@ -263,12 +284,12 @@ class PersistentContextManager(SimpleContextManager):
         self, prepared: list[tuple[dict[str, Any], int]], *, keep_journal: bool = False
     ) -> None:
         lines = [_jsonl.encode(stored) for stored, _ in prepared]
-        await anyio.to_thread.run_sync(_jsonl.rewrite, self.path, lines)
+        await self._file_lane.run(_jsonl.rewrite, self.path, lines)
         self._undo_to = None  # the new file has no torn bytes
         self._replace(prepared)
         if not keep_journal:  # a new history: positions of the old one mean nothing now
             async with self._journal_lock:
-                await anyio.to_thread.run_sync(_unlink, self.journal_path)
+                await self._journal_lane.run(_unlink, self.journal_path)
                 self._records, self._states, self._journal_undo = [], {}, None
 
     # -- the tool-call journal (the tool batch's optional protocol) -------------------------
@@ -387,7 +408,7 @@ class PersistentContextManager(SimpleContextManager):
             upto = self._journal_enqueued
             data = b"".join(_jsonl.encode(r) for r in batch)
             try:
-                await anyio.to_thread.run_sync(
+                await self._journal_lane.run(
                     _jsonl.append_line, self.journal_path, data, self._journal_undo
                 )
             except _jsonl.AppendError as exc:

@@ -43,6 +43,7 @@ from ..config_schema import ConfigSchema
 from ..errors import ApprovalTimeoutError, ConfigError, ValidationError
 from ..events import TOOL_PRE
 from ..kernel._coordinator import ModuleCoordinator
+from ..kernel._offload import run_blocking
 from ..models import HookResult, structure
 from ..models._validators import number, one_of
 
@@ -358,11 +359,12 @@ Callback = Callable[[ApprovalRequest], "Awaitable[str | bool] | str | bool"]
 class CallbackApprovalSystem(_Remembering):
     """Asks an embedding application's function: ``callback(ApprovalRequest)``.
 
-    The callback (sync or async) returns an option (``"Allow once"``, ``"Allow always"``,
-    ``"Deny"``, or any of the request's options; ``"defer"`` holds the call for an approval
-    that outlives the turn, see ``docs/durable.md``) or a bool (True: allow once). Whatever it
-    raises reaches the coordinator, which denies; a callback slower than the request's
-    timeout is cancelled and the request's default applies.
+    The callback (sync or async; a sync one runs in a worker thread, so it cannot freeze
+    the loop) returns an option (``"Allow once"``, ``"Allow always"``, ``"Deny"``, or any
+    of the request's options; ``"defer"`` holds the call for an approval that outlives the
+    turn, see ``docs/durable.md``) or a bool (True: allow once). Whatever it raises reaches
+    the coordinator, which denies; a callback slower than the request's timeout is given
+    up on (its thread is abandoned) and the request's default applies.
     """
 
     def __init__(self, callback: Callback) -> None:
@@ -383,14 +385,24 @@ class CallbackApprovalSystem(_Remembering):
         request = ApprovalRequest(
             prompt=prompt, options=tuple(options), timeout=timeout, default=default
         )
-        answer = self._callback(request)
-        if inspect.isawaitable(answer):
-            answer = await answer
+        if _is_coroutine_function(self._callback):
+            answer = await self._callback(request)  # type: ignore[misc]
+        else:
+            # A plain function may block (a dialog, a network call): it runs in a worker
+            # thread, so the coordinator's timeout bounds the wait and the loop never freezes.
+            answer = await run_blocking(self._callback, request)
+            if inspect.isawaitable(answer):
+                answer = await answer
         if answer is True:
             return ALLOW_ONCE
         if isinstance(answer, str):
             return self._remember(prompt, answer)
         return DENY  # False, None, anything else: fail closed
+
+
+def _is_coroutine_function(fn: Any) -> bool:
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - the class's, not a callable check
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
 
 # -- the module -----------------------------------------------------------------------------

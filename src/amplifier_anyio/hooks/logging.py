@@ -537,7 +537,7 @@ class EventLog:
             if name in self._unregister or not _selected(name, config.include, config.exclude):
                 continue
             self._unregister[name] = coordinator.hooks.register(
-                name, self, priority=config.priority, name="hooks-logging"
+                name, self, priority=config.priority, name="hooks-logging", inline=True
             )
 
     async def detach(self) -> None:

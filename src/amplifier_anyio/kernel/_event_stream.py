@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..events import ALL_EVENTS
-from ._cancellation import CancellationToken
+from ._handle import TurnHandle
 from ._turns import TurnResult
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class TurnEventStream:
         self.result: TurnResult | None = None
 
     async def __aenter__(self) -> MemoryObjectReceiveStream[Event]:
-        token = self._session._accept_turn()
+        handle = self._session._accept_turn()
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         hooks = self._session.coordinator.hooks
 
@@ -60,19 +60,19 @@ class TurnEventStream:
             send.send_nowait((event, dict(data)))
 
         self._unregister = [
-            hooks.register(event, forward, priority=1_000_000, name="session-stream")
+            hooks.register(event, forward, priority=1_000_000, name="session-stream", inline=True)
             for event in ALL_EVENTS
         ]
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
-        self._group.start_soon(self._run, send, token)
+        self._group.start_soon(self._run, send, handle)
         self._receive = receive
         return receive
 
-    async def _run(self, send: MemoryObjectSendStream[Event], token: CancellationToken) -> None:
+    async def _run(self, send: MemoryObjectSendStream[Event], handle: TurnHandle) -> None:
         try:
             async with send:
-                self.result = await self._session._run_accepted(self._prompt, token)
+                self.result = await self._session._run_accepted(self._prompt, handle)
         except Exception as exc:  # noqa: BLE001 - re-raised by __aexit__, outside the group
             self._error = exc
         finally:

@@ -154,7 +154,7 @@ class LoopBasicOrchestrator:
         standalone = coordinator is None
         if coordinator is None:
             coordinator = ModuleCoordinator()
-        token = coordinator.claim_turn(cancellation)
+        handle = coordinator.claim_turn(cancellation)
         if standalone:
             await coordinator.mount("context", context)
         turn = Turn(
@@ -164,7 +164,7 @@ class LoopBasicOrchestrator:
             tools=tools or {},
             hooks=hooks,
             coordinator=coordinator,
-            token=token,
+            handle=handle,
             config=self._turn_config,
             batch=self._batch_config,
             orchestrator=self.name,

@@ -208,19 +208,8 @@ class LoopEventsOrchestrator(LoopBasicOrchestrator):
 
     async def run_tools(self, turn: Turn, response: ChatResponse, calls: list[ToolCall]) -> None:
         """The engine's tool policy: one :class:`SchedulingBatch` per response."""
-        batch = SchedulingBatch(
-            calls=calls,
-            tools=turn.tools,
-            hooks=turn.hooks,
-            coordinator=turn.coordinator,
-            config=turn.batch,
-            scheduler_timeout=self.scheduler_timeout,
-        )
-        try:
-            await batch.run(turn.context, assistant_message(response, calls))
-        finally:
-            turn.injections.extend(batch.pending_injections)
-            turn.problems.extend(batch.problems)
+        batch = turn.new_batch(calls, SchedulingBatch, scheduler_timeout=self.scheduler_timeout)
+        await turn.run_tool_batch(batch, assistant_message(response, calls))
 
 
 async def mount(coordinator: ModuleCoordinator, config: dict[str, Any] | None = None) -> None:

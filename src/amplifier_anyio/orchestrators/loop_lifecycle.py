@@ -69,7 +69,7 @@ from ..lifecycle._reference import StepStatus
 from ..models import ChatResponse, TextBlock, ToolCall, structure
 from ..models._validators import number, one_of
 from ..runtime._requests import assistant_message, select_provider
-from ..runtime._tool_batch import ToolBatch, ToolBatchConfig
+from ..runtime._tool_batch import ToolBatchConfig
 from ..runtime._turn import Turn, TurnConfig
 
 if TYPE_CHECKING:
@@ -313,7 +313,7 @@ class _SessionOrchestrator(ReferenceOrchestrator):
 
     async def _ask(self, injections: list[dict[str, Any]]) -> ChatResponse:
         self.turn.injections.extend(injections)
-        response = await self.turn._call(self.provider, with_tools=False)
+        response = await self.turn.call_provider(self.provider, with_tools=False)
         if response is None:
             raise _DeniedError(self.turn.text)
         return response
@@ -351,7 +351,7 @@ class _SessionOrchestrator(ReferenceOrchestrator):
 
     async def _aggregate(self, run: OrchestrationRun) -> Any:
         response = await self._ask([{"role": "user", "content": AGGREGATE_INSTRUCTIONS}])
-        await self.turn._answer(response)
+        await self.turn.answer(response)
         return response.text
 
     async def _run_wave(self, run: OrchestrationRun, outcomes: list[StepOutcome]) -> None:
@@ -402,18 +402,10 @@ class _SessionOrchestrator(ReferenceOrchestrator):
         names = ", ".join(o.step.id for o, _ in round_)
         note = TextBlock(text=f"Running plan steps {names}.")
         message = assistant_message(ChatResponse(content=[note], tool_calls=calls), calls)
-        batch = ToolBatch(
-            calls=calls,
-            tools=turn.tools,
-            hooks=turn.hooks,
-            coordinator=turn.coordinator,
-            config=turn.batch,
-        )
+        batch = turn.new_batch(calls)
         try:
-            await batch.run(turn.context, message)
+            await turn.run_tool_batch(batch, message)
         finally:
-            turn.injections.extend(batch.pending_injections)
-            turn.problems.extend(batch.problems)
             contents = batch.contents()
             for index, (outcome, target) in enumerate(round_):
                 self._settle(outcome, target, contents[index], batch.succeeded[index])
@@ -473,14 +465,14 @@ class _LifecycleTurn(Turn):
     """Steps routed and not yet reported executed (id → step)."""
     _turn_scope: anyio.CancelScope | None = None
 
-    def _bind_scope(self, scope: anyio.CancelScope) -> AbstractContextManager[Any]:
+    def bind_scope(self, scope: anyio.CancelScope) -> AbstractContextManager[Any]:
         self._turn_scope = scope
         return self.token.bind_scope(cast("anyio.CancelScope", _ImmediateCancel(self, scope)))
 
-    async def _loop(self) -> None:
+    async def body(self) -> None:
         submitted = await self.hook(PROMPT_SUBMIT, {"prompt": self.prompt})
         if submitted.action == "deny":
-            self._deny(submitted)
+            self.deny(submitted)
             return
         self.queue_ephemeral(submitted)
         self.provider_name, provider = select_provider(self.providers, self.config.default_provider)
@@ -561,7 +553,7 @@ class _LifecycleTurn(Turn):
         event = STAGE_EVENTS[stage]
         if shielded:
             with anyio.CancelScope(shield=True):
-                await self._bounded(event, self.hooks.emit(event, payload))
+                await self.bounded(event, self.hooks.emit(event, payload))
             return
         # Under the turn's deadline, and cut short by an immediate cancel (_ImmediateCancel).
         with anyio.CancelScope(deadline=self.deadline) as scope:
@@ -624,7 +616,7 @@ class LoopLifecycleOrchestrator:
         standalone = coordinator is None
         if coordinator is None:
             coordinator = ModuleCoordinator()
-        token = coordinator.claim_turn(cancellation)
+        handle = coordinator.claim_turn(cancellation)
         if standalone:
             await coordinator.mount("context", context)
         turn = _LifecycleTurn(
@@ -634,7 +626,7 @@ class LoopLifecycleOrchestrator:
             tools=tools or {},
             hooks=hooks,
             coordinator=coordinator,
-            token=token,
+            handle=handle,
             config=self._turn_config,
             batch=self._batch_config,
             orchestrator=self.name,

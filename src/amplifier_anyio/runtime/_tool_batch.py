@@ -50,6 +50,7 @@ from ..events import TOOL_ERROR, TOOL_POST, TOOL_PRE
 from ..kernel._cancellation import CancellationToken
 from ..kernel._coordinator import ModuleCoordinator
 from ..kernel._foreign import tool_result_of
+from ..kernel._handle import TurnHandle
 from ..kernel._tracing import ToolCallContext, _tool_call, current_trace_id, tool_call_scope
 from ..kernel._turns import PendingApproval
 from ..models import INVALID_ARGUMENTS_KEY, HookResult, ToolCall, ToolResult, unstructure
@@ -107,6 +108,9 @@ class ToolBatch:
     hooks: HookRegistry
     coordinator: ModuleCoordinator | None = None
     """The coordinator that processes hook results; a fresh one when None."""
+    handle: TurnHandle | None = None
+    """The turn the batch runs in (its token tracks the running calls); None: the
+    coordinator's current turn when the batch is built."""
     config: ToolBatchConfig = attrs.field(factory=ToolBatchConfig)
     parallel_group_id: str = attrs.field(factory=lambda: str(uuid.uuid4()))
     pending_injections: list[dict[str, Any]] = attrs.field(factory=list)
@@ -129,6 +133,10 @@ class ToolBatch:
     _hooks_owner: ModuleCoordinator = attrs.field(init=False)
     _is_async: dict[str, bool] = attrs.field(init=False, factory=dict)
     _executors: Mapping[str, Any] = attrs.field(init=False, factory=dict)
+    _fatal: BaseException | None = attrs.field(init=False, default=None)
+    """A KeyboardInterrupt / SystemExit a call raised: the batch stops, writes its
+    results, then raises it (never from inside a task, where asyncio would stop its loop)."""
+    _group: anyio.CancelScope | None = attrs.field(init=False, default=None)
     _build_context: Callable[..., ToolCallContext] = attrs.field(init=False)
     """``_call_context`` bound once: a call's deferred context holds it without a bound
     method object of its own (64 bytes per in-flight call)."""
@@ -141,7 +149,9 @@ class ToolBatch:
             # the one path (approval fails closed: it has no approval system).
             self.coordinator = ModuleCoordinator()
         self._hooks_owner = self.coordinator
-        self._token = self.coordinator.cancellation
+        if self.handle is None:
+            self.handle = self.coordinator.turn
+        self._token = self.handle.token
         self._executors = getattr(self.coordinator, "tool_executors", None) or {}
         self._build_context = self._call_context
 
@@ -167,11 +177,7 @@ class ToolBatch:
             await anyio.lowlevel.checkpoint_if_cancelled()  # a cancel explains it better
             raise failure
         try:
-            if self.config.parallel and len(self.calls) > 1:
-                await self._run_parallel()
-            else:
-                for index, call in enumerate(self.calls):
-                    await self._execute(index, call)
+            await self._run_all()
         finally:
             failure = await self._write(
                 f"the results of {len(self.calls)} tool calls", self._write_results, context
@@ -205,6 +211,10 @@ class ToolBatch:
         else:
             for index, call in enumerate(self.calls):
                 await self._execute(index, call)
+                if self._fatal is not None:
+                    break
+        if self._fatal is not None:
+            raise self._fatal
 
     async def _replace_results(self, context: Any) -> None:
         await context.replace_results(self._result_messages())
@@ -239,6 +249,7 @@ class ToolBatch:
 
     async def _spawn_all(self) -> None:
         async with anyio.create_task_group() as tg:
+            self._group = tg.cancel_scope
             if self.config.max_parallel_tools is None:
                 for index, call in enumerate(self.calls):
                     tg.start_soon(self._execute, index, call)
@@ -397,6 +408,8 @@ class ToolBatch:
                     await self._journal_finish(call, replaced, result.success)
         except ApprovalDeferred as deferral:
             await self._hold_call(index, call, tool_input, deferral.prompt)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self._stop(index, exc)
         except Exception as exc:  # noqa: BLE001 - one call's failure is that call's result
             logger.warning("tool call %s (%s) failed: %r", call.id, call.name, exc)
             await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
@@ -514,6 +527,20 @@ class ToolBatch:
                 )
                 return
         await self._error(index, call, "ContextWriteError", problem)
+
+    def _stop(self, index: int, exc: BaseException) -> None:
+        """A call raised KeyboardInterrupt / SystemExit: it gets an error result, the
+        batch's other calls are cancelled, and the batch raises ``exc`` once its results
+        are written (the one ExceptionGroup policy: it propagates, unwrapped)."""
+        kind = type(exc).__name__
+        self._slots[index] = _content_of(
+            ToolResult(success=False, error={"message": f"stopped by {kind}", "type": kind})
+        )
+        self.succeeded[index] = False
+        if self._fatal is None:
+            self._fatal = exc
+        if self._group is not None:
+            self._group.cancel()
 
     def _problem(self, problem: str) -> None:
         logger.error("%s", problem)
