@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         SessionError,
         ValidationError,
     )
+    from .interfaces import Claims
     from .kernel import (
         AmplifierSession,
         CancellationState,
@@ -70,6 +71,7 @@ _LAZY: dict[str, str] = {
     "ModuleNotFoundError": "errors",
     "SessionError": "errors",
     "ValidationError": "errors",
+    "Claims": "interfaces",
     "AmplifierSession": "kernel",
     "CancellationState": "kernel",
     "CancellationToken": "kernel",
@@ -128,6 +130,8 @@ __all__ = (
     "ToolCallContext",
     "current_tool_call",
     "current_trace_id",
+    # tools
+    "Claims",
     # models
     "Message",
     "TextBlock",

@@ -3,7 +3,9 @@ Canonical event names.
 
 Every name of upstream Amplifier's ``ALL_EVENTS`` (same strings, same order), followed by
 the events amplifier_anyio adds: ``session:config`` (upstream emits it but does not list it),
-the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``, and loop-lifecycle's
+the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``, the tool batch's
+``tool:waiting`` (a call waits for an earlier call whose claims conflict with its own; see
+``docs/concurrency.md``), and loop-lifecycle's
 stage events ``lifecycle:<stage>`` (:data:`LIFECYCLE_EVENTS`). Names follow
 ``namespace:action[:detail]`` in lower case; each constant is the upper snake case of its
 string.
@@ -67,6 +69,7 @@ __all__ = (
     "SESSION_CONFIG",
     "TOOL_SELECTING",
     "TOOL_SELECTED",
+    "TOOL_WAITING",
     "LIFECYCLE_INITIALIZE",
     "LIFECYCLE_PLAN",
     "LIFECYCLE_ROUTE",
@@ -127,6 +130,7 @@ MODULE_LOAD_FAILED: Final = "module:load_failed"
 SESSION_CONFIG: Final = "session:config"
 TOOL_SELECTING: Final = "tool:selecting"
 TOOL_SELECTED: Final = "tool:selected"
+TOOL_WAITING: Final = "tool:waiting"
 LIFECYCLE_INITIALIZE: Final = "lifecycle:initialize"
 LIFECYCLE_PLAN: Final = "lifecycle:plan"
 LIFECYCLE_ROUTE: Final = "lifecycle:route"
@@ -195,6 +199,7 @@ ALL_EVENTS: Final[tuple[str, ...]] = (
     SESSION_CONFIG,
     TOOL_SELECTING,
     TOOL_SELECTED,
+    TOOL_WAITING,
     *LIFECYCLE_EVENTS,
 )
 """Every canonical event name, upstream's first, in upstream's order."""

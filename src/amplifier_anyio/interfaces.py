@@ -8,11 +8,14 @@ message dicts (as upstream); orchestrators convert at the provider edge with
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+import attrs
+
+from .errors import ValidationError
 from .models import (
     ChatRequest,
     ChatResponse,
@@ -32,6 +35,7 @@ __all__ = (
     "Provider",
     "StreamingProvider",
     "Tool",
+    "Claims",
     "ContextManager",
     "ToolJournal",
     "HookHandler",
@@ -99,6 +103,14 @@ class Tool(Protocol):
     A tool whose calls are safe to run twice may say so with a class attribute
     ``idempotent = True``: after a crash, a call of it that was running is run again by
     ``session.resume()`` instead of being answered as interrupted (``docs/durable.md``).
+
+    A tool whose calls touch something shared may say what with an optional, synchronous
+    method ``claims(input) -> Claims``: the tool batch then runs the calls of one reply
+    that conflict (one writes what another reads or writes) in call order, and the rest
+    in parallel. It gets the call's final input (after ``tool:pre`` hooks), runs in a
+    worker thread, and must be quick and free of side effects; if it raises, that call is
+    answered with an error result. A tool without ``claims`` touches nothing shared
+    (``docs/concurrency.md``).
     """
 
     @property
@@ -111,6 +123,35 @@ class Tool(Protocol):
     def input_schema(self) -> dict[str, Any]: ...
 
     async def execute(self, input: dict[str, Any]) -> ToolResult: ...
+
+
+def _keys(value: Iterable[str]) -> frozenset[str]:
+    """A collection of resource keys as a frozenset; a key is a non-empty string."""
+    if isinstance(value, str | bytes):
+        problem = f"expected a collection of keys, not one {type(value).__name__} ({value!r})"
+        raise ValidationError([problem])
+    keys = frozenset(value)
+    for key in keys:
+        if not isinstance(key, str) or not key:
+            raise ValidationError([f"a resource key must be a non-empty string, got {key!r}"])
+    return keys
+
+
+@attrs.frozen(kw_only=True)
+class Claims:
+    """What one tool call touches: the resources it reads and those it writes.
+
+    A resource is a string key: the resolved real path of a file or directory (symlinks
+    and ``..`` resolved, so that two names of one file are one key), or any other string
+    naming something shared (``"db:orders"``). Two absolute paths conflict when they are
+    equal or one lies inside the other (a directory covers what is under it); other keys
+    conflict when they are equal. Within one batch, a call waits for every earlier call
+    that writes what it reads or writes, or reads what it writes; readers share.
+    ``reads`` / ``writes`` take any collection of strings.
+    """
+
+    reads: frozenset[str] = attrs.field(default=frozenset(), converter=_keys)
+    writes: frozenset[str] = attrs.field(default=frozenset(), converter=_keys)
 
 
 class ContextManager(Protocol):

@@ -62,6 +62,7 @@ OUR_EVENTS = (
     "session:config",
     "tool:selecting",
     "tool:selected",
+    "tool:waiting",
     *(
         f"lifecycle:{stage}"
         for stage in (

@@ -55,6 +55,7 @@ from ..kernel._tracing import ToolCallContext, _tool_call, current_trace_id, too
 from ..kernel._turns import PendingApproval
 from ..models import INVALID_ARGUMENTS_KEY, HookResult, ToolCall, ToolResult, unstructure
 from ..models._validators import number
+from ._claims import ClaimTable, claim_table
 from ._executors import ToolExecutionContext
 from ._requests import pending_injection
 
@@ -137,6 +138,8 @@ class ToolBatch:
     """A KeyboardInterrupt / SystemExit a call raised: the batch stops, writes its
     results, then raises it (never from inside a task, where asyncio would stop its loop)."""
     _group: anyio.CancelScope | None = attrs.field(init=False, default=None)
+    _claims: ClaimTable | None = attrs.field(init=False, default=None)
+    """Who waits for whom, in a parallel batch whose tools declare claims (_claims.py)."""
     _build_context: Callable[..., ToolCallContext] = attrs.field(init=False)
     """``_call_context`` bound once: a call's deferred context holds it without a bound
     method object of its own (64 bytes per in-flight call)."""
@@ -248,8 +251,17 @@ class ToolBatch:
             raise unwrap_group(group) from None
 
     async def _spawn_all(self) -> None:
+        claims = self._claims = claim_table(
+            self.calls, self.tools, self.hooks, self.parallel_group_id
+        )
         async with anyio.create_task_group() as tg:
             self._group = tg.cancel_scope
+            if claims is not None:  # calls may wait for earlier ones: see _claims.py
+                limit = self.config.max_parallel_tools
+                limiter = None if limit is None else anyio.CapacityLimiter(limit)
+                for index, call in enumerate(self.calls):
+                    tg.start_soon(claims.run, self._execute, index, call, limiter)
+                return
             if self.config.max_parallel_tools is None:
                 for index, call in enumerate(self.calls):
                     tg.start_soon(self._execute, index, call)
@@ -369,7 +381,10 @@ class ToolBatch:
             elif problem is not None:
                 result = await self._error(index, call, "InvalidArgumentsError", problem)
             else:
-                # no journal, no extra await: this is the hot path
+                # no journal, no claims, no extra await: this is the hot path
+                if self._claims is not None and index in self._claims.members:
+                    # ordered after tool:pre: the claims are those of the input that runs
+                    await self._claims.enter(index, call, tool, tool_input)
                 key = None
                 if self._journal is not None:
                     key = await self._journal_start(call, tool, tool_input)
