@@ -4,7 +4,7 @@ Two costs of start-up live here (``docs/benchmarks.md``, "Start-up"):
 
 - Declaring a command with Typer needs its function, hence its module and everything that
   module imports (the kernel, the chat loop, the benchmark, the MCP SDK's glue). A
-  :func:`lazy_group` holds each command as a :class:`LazyCommand` (a name and where it
+  `lazy_group` holds each command as a `LazyCommand` (a name and where it
   lives) and builds its click command the first time it is asked for, exactly as
   ``app.command(name)(function)`` / ``app.add_typer(sub_app, name=name)`` would have: the
   same Typer functions build it from the same registration. ``--help`` asks for every
@@ -12,7 +12,7 @@ Two costs of start-up live here (``docs/benchmarks.md``, "Start-up"):
   only ``run``.
 - Typer 0.29 coerces every parameter value through a pydantic ``TypeAdapter``, built when
   the command line is parsed: importing pydantic and building the adapters costs more
-  than the rest of a demo turn. :func:`plain_params` gives the parameters whose value is
+  than the rest of a demo turn. `plain_params` gives the parameters whose value is
   already what they want — a ``str`` for a ``str``, a path string for a ``Path`` — a
   coercion that returns the string, or hands it to Typer's own path checks as a ``Path``;
   any other value or type (numbers, lists, choices, files, parsers, a Typer without this

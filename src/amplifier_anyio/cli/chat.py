@@ -1,7 +1,7 @@
 """``amplifier-anyio chat``: a REPL — many turns on one session, saved and resumable.
 
 The conversation is kept by context-persistent under the sessions directory (see
-:mod:`.sessions`), so ``chat --resume ID`` continues it, in this process or a later one.
+`sessions`), so ``chat --resume ID`` continues it, in this process or a later one.
 
 Ctrl-C is read as a signal (``anyio.open_signal_receiver``), on asyncio and trio alike,
 never as a KeyboardInterrupt in the middle of the session's code: while a turn runs, the
@@ -167,7 +167,7 @@ _RESET = "reset"
 
 
 class _Repl:
-    """The chat loop; its Ctrl-C handling follows :class:`_State`."""
+    """The chat loop; its Ctrl-C handling follows `_State`."""
 
     def __init__(
         self,

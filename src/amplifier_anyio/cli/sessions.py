@@ -10,8 +10,8 @@ unambiguous prefix of it, in any project.
 ``approve ID CALL allow|deny`` decides a tool call a turn left waiting for approval
 (``docs/durable.md``); ``chat --resume ID`` then continues the turn (``/resume``).
 
-Each sub-command is one function registered on :data:`app` (``@app.command("name")``)
-and resolves its ``ID`` with :func:`find_session`.
+Each sub-command is one function registered on `app` (``@app.command("name")``)
+and resolves its ``ID`` with `find_session`.
 """
 
 from __future__ import annotations

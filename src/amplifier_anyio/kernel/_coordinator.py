@@ -81,7 +81,8 @@ class ModuleCoordinator:
         self.display_system = display_system
         self.hooks = HookRegistry()
         self.cancellation = CancellationToken()
-        """The current (or last) turn's token; replaced by :meth:`begin_turn`."""
+        """The current (or last) turn's token; replaced by
+        [`begin_turn`][amplifier_anyio.ModuleCoordinator.begin_turn]."""
         self.mount_points: dict[str, Any] = {
             "orchestrator": None,
             "providers": {},
@@ -92,17 +93,18 @@ class ModuleCoordinator:
         }
         self.capabilities: dict[str, Any] = {}
         self.tool_executors: dict[str, Any] = {}
-        """Tool name → the :class:`~amplifier_anyio.runtime.ToolExecutor` its calls run on
+        """Tool name → the [`ToolExecutor`][amplifier_anyio.runtime.ToolExecutor] its calls run on
         (set by the session from the plan; a tool not listed runs in the batch itself)."""
         self.tool_specs: dict[str, Any] = {}
-        """Tool name → the plan entry (:class:`ModuleSpec`) that mounted it."""
+        """Tool name → the plan entry ([`ModuleSpec`][amplifier_anyio.ModuleSpec]) that mounted
+        it."""
         self.session_state: dict[str, Any] = {}
         """Free-form state modules share for the session's lifetime (amplifier-core's
         ``coordinator.session_state``; upstream orchestrators read ``goal`` from it)."""
         self.channels: dict[str, list[dict[str, Any]]] = {}
         self.loader: Any = None
         self.validating = False
-        """True while :func:`validate_plan` mounts a plan offline: a module checks its
+        """True while `validate_plan` mounts a plan offline: a module checks its
         config and resources then, but creates no files, opens no connections and starts
         no work."""
         self._cleanup_fns: list[Callable[[], Any]] = []
@@ -266,8 +268,8 @@ class ModuleCoordinator:
         Returns what ``fn`` passes to ``task_status.started()``; an exception ``fn``
         raises before that is raised here. The service is stopped (its cancel scope
         cancelled, bounded) at cleanup, in reverse order with the modules' cleanups.
-        Raises :class:`SessionError` when the session was not opened with ``async with``
-        (only then does it own a task group) or is closed. While :func:`validate_plan`
+        Raises [`SessionError`][amplifier_anyio.SessionError] when the session was not opened with
+        ``async with`` (only then does it own a task group) or is closed. While `validate_plan`
         mounts the plan (``validating``), nothing is started and None is returned.
         """
         group = self._services
@@ -323,8 +325,8 @@ class ModuleCoordinator:
         """Set the current turn's token now, from synchronous code.
 
         The running turn emits ``cancel:requested`` and runs the callbacks (see
-        :meth:`flush_cancel_request`) before its terminal events. Returns True if the
-        state changed.
+        [`flush_cancel_request`][amplifier_anyio.ModuleCoordinator.flush_cancel_request]) before its
+        terminal events. Returns True if the state changed.
         """
         payload = self._cancel_payload(immediate)
         if payload is None:
@@ -338,13 +340,15 @@ class ModuleCoordinator:
         return True
 
     def cancel_flush_due(self) -> bool:
-        """Whether :meth:`flush_cancel_request` has anything to do (a ``cancel:requested``
-        to emit or a cancel callback that has not run); when not, a caller may skip it."""
+        """Whether [`flush_cancel_request`][amplifier_anyio.ModuleCoordinator.flush_cancel_request]
+        has anything to do (a ``cancel:requested`` to emit or a cancel callback that has not run);
+        when not, a caller may skip it."""
         return self._pending_cancel is not None or self.cancellation.callbacks_due()
 
     async def flush_cancel_request(self) -> None:
-        """Emit the ``cancel:requested`` of a :meth:`request_cancel_nowait`, if one is due,
-        and run the callbacks that have not run yet."""
+        """Emit the ``cancel:requested`` of a
+        [`request_cancel_nowait`][amplifier_anyio.ModuleCoordinator.request_cancel_nowait], if one
+        is due, and run the callbacks that have not run yet."""
         payload, self._pending_cancel = self._pending_cancel, None
         if payload is not None:
             await self.hooks.emit(CANCEL_REQUESTED, payload)
@@ -363,11 +367,13 @@ class ModuleCoordinator:
     # -- turns ---------------------------------------------------------------------------
 
     def begin_turn(self, token: CancellationToken | None = None) -> CancellationToken:
-        """Accept a new turn: a fresh token (or ``token``) becomes :attr:`cancellation`.
+        """Accept a new turn: a fresh token (or ``token``) becomes
+        [`cancellation`][amplifier_anyio.ModuleCoordinator.cancellation].
 
         Synchronous, so a session calls it on the first line of ``run()``: a cancel that
         arrives while the turn is still starting lands on the turn's own token. The next
-        :meth:`claim_turn` hands this token to the turn engine.
+        [`claim_turn`][amplifier_anyio.ModuleCoordinator.claim_turn] hands this token to the turn
+        engine.
         """
         token = token if token is not None else CancellationToken()
         self.cancellation = token
@@ -378,7 +384,8 @@ class ModuleCoordinator:
 
     def claim_turn(self, token: CancellationToken | None = None) -> CancellationToken:
         """The token of the turn about to run: ``token``, else the one accepted by
-        :meth:`begin_turn`, else a fresh one. Each accepted token is claimed once."""
+        [`begin_turn`][amplifier_anyio.ModuleCoordinator.begin_turn], else a fresh one. Each
+        accepted token is claimed once."""
         if token is not None or self._accepted is None:
             self.begin_turn(token)
         accepted, self._accepted = self._accepted, None
@@ -394,9 +401,9 @@ class ModuleCoordinator:
 
         Approval fails closed: no approval system, a timeout whose default is deny, or any
         answer other than allow / allow once / allow always gives ``deny``. The answer
-        ``defer`` to a ``tool:pre`` question raises :class:`ApprovalDeferred`: the tool
-        batch holds the call for an approval that outlives the turn (``docs/durable.md``);
-        to any other event it is a deny.
+        ``defer`` to a ``tool:pre`` question raises
+        [`ApprovalDeferred`][amplifier_anyio.ApprovalDeferred]: the tool batch holds the call for an
+        approval that outlives the turn (``docs/durable.md``); to any other event it is a deny.
         """
         if (
             type(result) is HookResult

@@ -1,7 +1,7 @@
 """The HTTP layer the real providers share: one client, retries, SSE, error mapping.
 
-:class:`HTTPClient` owns one ``httpx.AsyncClient`` per provider instance. Every request
-runs under a deadline; a failed attempt becomes an :class:`~amplifier_anyio.errors.LLMError`
+`HTTPClient` owns one ``httpx.AsyncClient`` per provider instance. Every request
+runs under a deadline; a failed attempt becomes an [`LLMError`][amplifier_anyio.LLMError]
 subclass, and the retryable ones (408, 409, 429, 5xx, 529, timeouts, connection failures)
 are repeated with exponential backoff and jitter, honouring ``Retry-After``, within a cap
 on attempts and on total time. Each retry emits ``provider:retry`` before its sleep.
@@ -73,7 +73,7 @@ __all__ = (
 logger = logging.getLogger(__name__)
 
 RETRYABLE_STATUS_CODES: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
-"""Statuses worth repeating; any other 5xx is retried too (see :func:`error_from_status`)."""
+"""Statuses worth repeating; any other 5xx is retried too (see `error_from_status`)."""
 
 _DRAIN_TIMEOUT: Final = 0.0  # after the last event nothing is waited for
 _CLOSE_TIMEOUT: Final = 5.0  # httpx aclose can hang on half-closed sockets; never wait longer
@@ -187,7 +187,7 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 
 
 def leaks(text: str, secrets: Iterable[str]) -> bool:
-    """Whether ``text`` repeats a secret in any form :func:`redact` masks."""
+    """Whether ``text`` repeats a secret in any form `redact` masks."""
     return redact(text, secrets) != text
 
 
@@ -466,8 +466,8 @@ class HTTPClient:
     wherever text from the server or the transport is repeated. ``timeout`` bounds a
     whole response — headers, body and every event of a stream — from the start of its
     attempt; ``idle_timeout`` (None: no bound of its own) bounds the wait for each piece
-    of a stream. Either raises :class:`LLMTimeoutError`. ``sleep`` and
-    ``wall_time`` exist for tests (virtual time, fixed dates).
+    of a stream. Either raises [`LLMTimeoutError`][amplifier_anyio.errors.LLMTimeoutError].
+    ``sleep`` and ``wall_time`` exist for tests (virtual time, fixed dates).
     """
 
     def __init__(
@@ -509,7 +509,7 @@ class HTTPClient:
 
     @property
     def is_closed(self) -> bool:
-        """True once :meth:`aclose` ran."""
+        """True once `aclose` ran."""
         return self._client.is_closed
 
     async def aclose(self) -> None:
@@ -552,8 +552,8 @@ class HTTPClient:
         """POST and yield the response's server-sent events.
 
         Retries cover getting the response headers only: once events flow, a failure is a
-        :class:`StreamError` (or a timeout) for the caller. Leaving the block, however it
-        is left, closes the response.
+        [`StreamError`][amplifier_anyio.errors.StreamError] (or a timeout) for the caller. Leaving
+        the block, however it is left, closes the response.
         """
         call = _Call("POST", path, json_body=json_body, model=model, timeout=timeout, stream=True)
         response, until = await self._send(call)

@@ -78,7 +78,8 @@ def select_provider(providers: Mapping[str, Any], default: str | None = None) ->
 
 
 def pending_injection(result: HookResult) -> dict[str, Any]:
-    """The injection of a hook result as :func:`apply_injections` takes it."""
+    """The injection of a hook result as
+    [`apply_injections`][amplifier_anyio.runtime.apply_injections] takes it."""
     return {
         "role": result.context_injection_role,
         "content": result.context_injection,
@@ -105,7 +106,8 @@ def apply_injections(
 
 
 def inject(messages: list[Message], injections: Sequence[dict[str, Any]]) -> list[Message]:
-    """:func:`apply_injections` over converted messages: the same result, as models.
+    """[`apply_injections`][amplifier_anyio.runtime.apply_injections] over converted messages: the
+    same result, as models.
 
     ``messages`` is a request's own list: it is extended in place and returned.
     """
@@ -127,8 +129,9 @@ async def request_messages(
 
     Through the context's ``request_view`` when it has one (context-simple and
     context-persistent: their kept models, the cost of what was added since the last
-    request); else its ``get_messages_for_request``, :func:`answer_orphaned_calls` and a
-    conversion of every message (a foreign context). The list is the caller's own.
+    request); else its ``get_messages_for_request``,
+    [`answer_orphaned_calls`][amplifier_anyio.runtime.answer_orphaned_calls] and a conversion of
+    every message (a foreign context). The list is the caller's own.
     """
     view_of = getattr(context, "request_view", None)
     if view_of is not None:
@@ -154,7 +157,8 @@ def chat_request(
     messages: list[Message], tools: Mapping[str, Any] | None, **options: Any
 ) -> ChatRequest:
     """A ChatRequest from converted messages (the list is used as it is) and mounted tools
-    (``None``: no tools offered): :func:`build_request` without the conversion."""
+    (``None``: no tools offered): [`build_request`][amplifier_anyio.runtime.build_request] without
+    the conversion."""
     specs = None
     if tools:
         specs = [
