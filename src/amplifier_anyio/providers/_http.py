@@ -302,13 +302,17 @@ def error_from_payload(
     model: str | None,
     status_code: int | None = None,
     retry_after: float | None = None,
+    note: str = "",
 ) -> LLMError:
-    """Map an error body (an HTTP error response or an error event inside a stream)."""
+    """Map an error body (an HTTP error response or an error event inside a stream);
+    ``note`` ends the message (where the request went, what to change)."""
     message, kind, code = _error_fields(body)
     cls, retryable = _classify(status_code, message, kind, code)
     where = f"HTTP {status_code}" if status_code is not None else "an error event"
     detail = message or kind or code or "no details"
     text = f"{provider} returned {where}: {detail[:_MAX_MESSAGE]}"
+    if note:
+        text = f"{text} ({note})"
     return cls(
         text,
         provider=provider,
@@ -341,7 +345,36 @@ def error_from_status(
         model=model,
         status_code=response.status_code,
         retry_after=retry_after,
+        note=_wrong_address(response, secrets),
     )
+
+
+_OPENAI_ENDPOINTS: Final = ("/chat/completions", "/responses", "/models")
+
+
+def _wrong_address(response: httpx.Response, secrets: Iterable[str]) -> str:
+    """For a 404 or 405 — most often a base URL that is not the API's — the URL called
+    and, for the usual slips, the fix: ``/v1`` twice (a base URL ending in ``/v1`` given
+    to a provider that adds it), or an OpenAI-compatible path without ``/v1``."""
+    if response.status_code not in (404, 405):
+        return ""
+    url = response.request.url
+    called = redact(str(url.copy_with(query=None, fragment=None)), secrets)
+    note = f"{response.request.method} {called}"
+    root = str(url.copy_with(path="/", query=None, fragment=None)).rstrip("/")
+    path = url.path
+    if "/v1/v1/" in path:
+        base = root + path[: path.index("/v1/v1/")]
+        note += (
+            f"; the base URL ends in /v1, which the provider adds itself: use {base} "
+            "(Anthropic's base URL is the API root, without /v1)"
+        )
+    elif path in _OPENAI_ENDPOINTS:
+        note += (
+            "; OpenAI-compatible servers serve the API under /v1: "
+            f"use the base URL {redact(root, secrets)}/v1"
+        )
+    return note
 
 
 def decode_tool_arguments(raw: Any) -> dict[str, Any]:

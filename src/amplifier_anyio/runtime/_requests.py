@@ -31,6 +31,7 @@ __all__ = (
     "assistant_message",
     "error_payload",
     "llm_request_payload",
+    "default_model",
     "llm_response_payload",
     "answer_orphaned_calls",
     "LOST_RESULT",
@@ -205,15 +206,30 @@ def error_payload(provider: str, exc: BaseException) -> dict[str, Any]:
     return payload
 
 
-def llm_request_payload(provider: str, request: ChatRequest) -> dict[str, Any]:
+def llm_request_payload(provider: str, request: ChatRequest, module: Any = None) -> dict[str, Any]:
     """The ``llm:request`` payload: the request as sent (plain dicts), emitted only when
-    a hook listens, since unstructuring the whole history costs a pass over it."""
+    a hook listens, since unstructuring the whole history costs a pass over it. ``model``
+    is the model asked for: the request's, else the provider ``module``'s default."""
     return {
         "provider": provider,
-        "model": request.model,
+        "model": request.model or default_model(module),
         "message_count": len(request.messages),
         "request": unstructure(request),
     }
+
+
+def default_model(provider: Any) -> str | None:
+    """The model a provider asks for when a request names none: its ``model`` attribute
+    (the HTTP providers'), else ``get_info().defaults["model"]``; None when it says none."""
+    model = getattr(provider, "model", None)
+    if isinstance(model, str) and model:
+        return model
+    try:
+        defaults = getattr(provider.get_info(), "defaults", None)
+    except Exception:  # noqa: BLE001 - a foreign provider's get_info: the model is optional
+        return None
+    model = defaults.get("model") if isinstance(defaults, dict) else None
+    return model if isinstance(model, str) and model else None
 
 
 def llm_response_payload(provider: str, response: ChatResponse) -> dict[str, Any]:

@@ -334,7 +334,8 @@ class Turn:
         kwargs = {"extended_thinking": True} if self.config.extended_thinking else {}
         self.iterations += 1
         if self.hooks.has_handlers(LLM_REQUEST):  # the whole request: only for a listener
-            await self.hooks.emit(LLM_REQUEST, llm_request_payload(self.provider_name, request))
+            asked = llm_request_payload(self.provider_name, request, provider)
+            await self.hooks.emit(LLM_REQUEST, asked)
         try:
             response = await self._complete(provider, request, kwargs)
         except Exception as exc:
