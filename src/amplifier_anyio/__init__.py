@@ -1,9 +1,11 @@
 """amplifier_anyio: an Amplifier-style agent runtime on AnyIO structured concurrency.
 
-It runs unchanged inside trio and asyncio applications::
+It runs unchanged inside trio and asyncio applications:
 
-    async with AmplifierSession(plan) as session:
-        result = await session.run("What is in this directory?")
+```python
+async with AmplifierSession(plan) as session:
+    result = await session.run("What is in this directory?")
+```
 """
 
 from __future__ import annotations

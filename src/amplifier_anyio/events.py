@@ -6,13 +6,13 @@ the events amplifier_anyio adds: ``session:config`` (upstream emits it but does 
 the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``, the tool batch's
 ``tool:waiting`` (a call waits for an earlier call whose claims conflict with its own; see
 ``docs/concurrency.md``), and loop-lifecycle's
-stage events ``lifecycle:<stage>`` (:data:`LIFECYCLE_EVENTS`). Names follow
+stage events ``lifecycle:<stage>`` (`LIFECYCLE_EVENTS`). Names follow
 ``namespace:action[:detail]`` in lower case; each constant is the upper snake case of its
 string.
 
-Not every name is emitted by something here. :data:`EMITTED_EVENTS` are the ones a
+Not every name is emitted by something here. `EMITTED_EVENTS` are the ones a
 built-in module emits (``tool:selecting`` / ``tool:selected``: the loop-events
-orchestrator's scheduler stage); :data:`RESERVED_EVENTS` are kept so that an upstream
+orchestrator's scheduler stage); `RESERVED_EVENTS` are kept so that an upstream
 module's hook on them registers (and so the names stay taken), but nothing built in emits
 them yet. A test keeps both sets honest against the source.
 """
@@ -229,4 +229,4 @@ RESERVED_EVENTS: Final[frozenset[str]] = frozenset(
 """Canonical names nothing built in emits yet (upstream's)."""
 
 EMITTED_EVENTS: Final[tuple[str, ...]] = tuple(e for e in ALL_EVENTS if e not in RESERVED_EVENTS)
-"""The events built-in modules emit, in :data:`ALL_EVENTS` order."""
+"""The events built-in modules emit, in `ALL_EVENTS` order."""

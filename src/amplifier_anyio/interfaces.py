@@ -3,7 +3,7 @@
 They are structural (``typing.Protocol``) and, as upstream, not runtime-checkable: the
 loader and the coordinator check for the attributes they use. Context managers speak plain
 message dicts (as upstream); orchestrators convert at the provider edge with
-:func:`amplifier_anyio.models.structure`.
+[`amplifier_anyio.models.structure`][amplifier_anyio.structure].
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ class ContextManager(Protocol):
     A context manager may also offer ``async add_messages(messages)``; the tool batch then
     writes all of a batch's results in one call (one fsync for a file-backed context). And
     ``async request_view(token_budget=None, provider=None)`` returning a
-    :class:`~amplifier_anyio.contexts.RequestView`: the turn engine then takes the
+    [`RequestView`][amplifier_anyio.contexts.RequestView]: the turn engine then takes the
     request's converted messages from it instead of converting
     ``get_messages_for_request()`` (see ``docs/contexts.md``).
     """
@@ -235,7 +235,8 @@ class ModuleSource(Protocol):
 
 
 class ModuleSourceResolver(Protocol):
-    """Maps a module id (and an optional source hint) to a :class:`ModuleSource`."""
+    """Maps a module id (and an optional source hint) to a
+    [`ModuleSource`][amplifier_anyio.interfaces.ModuleSource]."""
 
     def resolve(
         self, module_id: str, source_hint: Any = None, profile_hint: Any = None

@@ -1,16 +1,16 @@
 """context-persistent: context-simple whose history survives the process.
 
 Every message is one JSON line of the file, appended and fsynced in a worker thread before
-:meth:`~PersistentContextManager.add_message` returns; :meth:`set_messages` and
-:meth:`clear` rewrite the file atomically. Loading (lazily on first use, or through
-:meth:`~PersistentContextManager.load`) drops a torn last line, rejects any other bad line
-with :class:`ContextFileError`, and closes every tool call that has no result (the process
-died while the tool ran) with an *interrupted* result — see :func:`interrupted_result` —
-so a resumed conversation never sends an orphaned tool call. A repaired file is rewritten
-at once.
+[`add_message`][amplifier_anyio.contexts.PersistentContextManager.add_message] returns;
+`set_messages` and `clear` rewrite the file atomically. Loading (lazily on first use, or through
+[`load`][amplifier_anyio.contexts.PersistentContextManager.load]) drops a torn last line, rejects
+any other bad line with [`ContextFileError`][amplifier_anyio.errors.ContextFileError], and closes
+every tool call that has no result (the process died while the tool ran) with an *interrupted*
+result — see [`interrupted_result`][amplifier_anyio.contexts.interrupted_result] — so a resumed
+conversation never sends an orphaned tool call. A repaired file is rewritten at once.
 
 Beside the messages it keeps a journal of tool calls (``<name>.journal.jsonl``; see
-:mod:`._journal` and ``docs/durable.md``): the tool batch records each call as started
+`_journal` and ``docs/durable.md``): the tool batch records each call as started
 before it runs and as finished with its result, fsynced, so a load after a crash gives a
 finished call its real result (it never runs twice), answers one that was running as
 interrupted (or leaves it to ``session.resume()`` when its tool is idempotent), and keeps
@@ -18,7 +18,8 @@ calls that wait for an approval.
 
 An append that fails (a full disk) fails whole: the file is cut back to what it was and
 the messages are not added to the history either; the error is a
-:class:`ContextFileError`. One writer per file: two managers on one path are not supported.
+[`ContextFileError`][amplifier_anyio.errors.ContextFileError]. One writer per file: two managers on
+one path are not supported.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ CONTEXT_MESSAGES_FILENAME = "context-messages.jsonl"
 """The file name Amplifier uses inside a session directory."""
 
 AMPLIFIER_HOME_ENV = "AMPLIFIER_HOME"
-"""The environment variable that moves :func:`amplifier_home` (default ``~/.amplifier``)."""
+"""The environment variable that moves `amplifier_home` (default ``~/.amplifier``)."""
 
 INTERRUPTED_ERROR = _journal.INTERRUPTED_ERROR
 
@@ -113,12 +114,15 @@ def close_interrupted_tool_calls(
 
 
 class PersistentContextManager(SimpleContextManager):
-    """A :class:`SimpleContextManager` that keeps its history in a JSON-lines file.
+    """A [`SimpleContextManager`][amplifier_anyio.contexts.SimpleContextManager] that keeps its
+    history in a JSON-lines file.
 
     Same view, budget, compaction and events as the parent. After it loaded a non-empty
-    history from its own file, :meth:`set_messages` is ignored (Amplifier's rule: on
-    resume the file is the full history, and what a host passes back is a filtered
-    copy); :meth:`clear` ends that, since the file is then empty.
+    history from its own file,
+    [`set_messages`][amplifier_anyio.contexts.PersistentContextManager.set_messages] is ignored
+    (Amplifier's rule: on resume the file is the full history, and what a host passes back is a
+    filtered copy); [`clear`][amplifier_anyio.contexts.PersistentContextManager.clear] ends that,
+    since the file is then empty.
     """
 
     def __init__(
@@ -174,9 +178,9 @@ class PersistentContextManager(SimpleContextManager):
     async def add_message(self, message: dict[str, Any]) -> None:
         """Append a copy of ``message`` to the file (fsynced) and to the history.
 
-        If writing fails, :class:`ContextFileError` is raised and neither the file nor
-        the history has the message. If the caller stops waiting (a bounded write gave
-        up, a cancel), the history does not have it either: an assistant message whose
+        If writing fails, [`ContextFileError`][amplifier_anyio.errors.ContextFileError] is raised
+        and neither the file nor the history has the message. If the caller stops waiting (a bounded
+        write gave up, a cancel), the history does not have it either: an assistant message whose
         calls would then run is withdrawn; should the stuck write land later, a reload
         closes its calls as interrupted.
         """
@@ -190,10 +194,10 @@ class PersistentContextManager(SimpleContextManager):
     async def add_messages(self, messages: list[dict[str, Any]]) -> None:
         """Append several messages with one write and one fsync (one tool batch's results).
 
-        All or none: if writing fails, :class:`ContextFileError` is raised and neither the
-        file nor the history has any of them. A crash mid-write leaves at most a torn last
-        line, which loading ignores; calls whose results were lost are then closed as
-        interrupted.
+        All or none: if writing fails, [`ContextFileError`][amplifier_anyio.errors.ContextFileError]
+        is raised and neither the file nor the history has any of them. A crash mid-write leaves at
+        most a torn last line, which loading ignores; calls whose results were lost are then closed
+        as interrupted.
 
         If the caller stops waiting while the write is under way (a bounded write gave up,
         a cancel), the messages are kept in the live history all the same: they are a
@@ -374,7 +378,7 @@ class PersistentContextManager(SimpleContextManager):
         return _journal.pending_of(self._messages, self._states, undecided=True)
 
     async def resume_work(self) -> ResumeWork:
-        """What resuming the last tool batch involves (see :class:`ResumeWork`)."""
+        """What resuming the last tool batch involves (see `ResumeWork`)."""
         await self._ready()
         return _journal.resume_work(self._messages, self._states)
 
@@ -427,7 +431,7 @@ def _load(
 ) -> tuple[list[dict[str, Any]], list[int], int, list[dict[str, Any]]]:
     """Read, settle against the journal, repair (rewriting the files if needed) and
     estimate (``estimator`` None: from the length of each message's line, see
-    :func:`line_estimate`); runs in a worker thread. Returns the journal records still
+    `line_estimate`); runs in a worker thread. Returns the journal records still
     needed."""
     _jsonl.remove_stale_temp_files(path)  # one writer per file: any temp file is dead
     _jsonl.remove_stale_temp_files(journal)
@@ -524,7 +528,7 @@ def amplifier_home() -> Path:
 def default_path(session_id: str, cwd: Path | None = None) -> Path:
     """Amplifier's location: ``<home>/projects/<slug>/sessions/<id>/context-messages.jsonl``.
 
-    ``<home>`` is :func:`amplifier_home` (``~/.amplifier`` unless ``AMPLIFIER_HOME`` is
+    ``<home>`` is `amplifier_home` (``~/.amplifier`` unless ``AMPLIFIER_HOME`` is
     set); ``<slug>`` is the working directory's name, ``-``, and the first 8 hex digits of
     the SHA-256 of its full path.
     """
@@ -540,9 +544,9 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Clean
     """Entry point of ``context-persistent``: build, load and mount at ``context``.
 
     The file is ``config["path"]`` (or Amplifier's key ``transcript_path``), else
-    :func:`default_path` of the coordinator's ``session_id``. Its directory is created
+    `default_path` of the coordinator's ``session_id``. Its directory is created
     now; a path that is a directory, or whose directory cannot be created, is a
-    :class:`ConfigError` naming the key.
+    [`ConfigError`][amplifier_anyio.ConfigError] naming the key.
     """
     config = config or {}
     settings = settings_from_config(config, module=MODULE_ID)

@@ -15,10 +15,11 @@ argument: ...}``. The argument is the call's first string among ``argument_keys`
 pattern does not match a call without one.
 
 The session's approval system answers ``ask_user`` (``ModuleCoordinator.process_hook_result``):
-:class:`ConsoleApprovalSystem` (the CLI's when stdin is a terminal: allow once / allow
-always / deny, with the timeout and the default of the request) or
-:class:`CallbackApprovalSystem` (an embedding application's function). Both remember an
-"allow always" for the tool it was given for, for as long as the system object lives.
+[`ConsoleApprovalSystem`][amplifier_anyio.hooks.approval.ConsoleApprovalSystem] (the CLI's when
+stdin is a terminal: allow once / allow always / deny, with the timeout and the default of the
+request) or [`CallbackApprovalSystem`][amplifier_anyio.hooks.approval.CallbackApprovalSystem] (an
+embedding application's function). Both remember an "allow always" for the tool it was given for,
+for as long as the system object lives.
 
 Fail closed everywhere: a session without an approval system, a timeout whose default is
 deny, an answer that is not an allow, an approval system that raises — all deny (the
@@ -271,9 +272,10 @@ class ConsoleApprovalSystem(_Remembering):
 
     ``1`` / ``y`` allows once, ``2`` / ``a`` allows always, ``3`` / ``n`` denies; the
     option's text works too. Anything else, or end of input, denies. No answer within the
-    timeout raises :class:`ApprovalTimeoutError` (the request's default then applies).
-    The answer is read from the file descriptor when it is readable (so a timeout leaves
-    no thread blocked on the terminal; Unix); the prompt is written from a worker thread.
+    timeout raises [`ApprovalTimeoutError`][amplifier_anyio.errors.ApprovalTimeoutError] (the
+    request's default then applies). The answer is read from the file descriptor when it is readable
+    (so a timeout leaves no thread blocked on the terminal; Unix); the prompt is written from a
+    worker thread.
     """
 
     def __init__(self, stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:

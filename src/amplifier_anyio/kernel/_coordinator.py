@@ -96,17 +96,18 @@ class ModuleCoordinator:
         }
         self.capabilities: dict[str, Any] = {}
         self.tool_executors: dict[str, Any] = {}
-        """Tool name → the :class:`~amplifier_anyio.runtime.ToolExecutor` its calls run on
+        """Tool name → the [`ToolExecutor`][amplifier_anyio.runtime.ToolExecutor] its calls run on
         (set by the session from the plan; a tool not listed runs in the batch itself)."""
         self.tool_specs: dict[str, Any] = {}
-        """Tool name → the plan entry (:class:`ModuleSpec`) that mounted it."""
+        """Tool name → the plan entry ([`ModuleSpec`][amplifier_anyio.ModuleSpec]) that mounted
+        it."""
         self.session_state: dict[str, Any] = {}
         """Free-form state modules share for the session's lifetime (amplifier-core's
         ``coordinator.session_state``; upstream orchestrators read ``goal`` from it)."""
         self.channels: dict[str, list[dict[str, Any]]] = {}
         self.loader: Any = None
         self.validating = False
-        """True while :func:`validate_plan` mounts a plan offline: a module checks its
+        """True while `validate_plan` mounts a plan offline: a module checks its
         config and resources then, but creates no files, opens no connections and starts
         no work."""
         self._cleanup_fns: list[Callable[[], Any]] = []
@@ -269,8 +270,8 @@ class ModuleCoordinator:
         Returns what ``fn`` passes to ``task_status.started()``; an exception ``fn``
         raises before that is raised here. The service is stopped (its cancel scope
         cancelled, bounded) at cleanup, in reverse order with the modules' cleanups.
-        Raises :class:`SessionError` when the session was not opened with ``async with``
-        (only then does it own a task group) or is closed. While :func:`validate_plan`
+        Raises [`SessionError`][amplifier_anyio.SessionError] when the session was not opened with
+        ``async with`` (only then does it own a task group) or is closed. While `validate_plan`
         mounts the plan (``validating``), nothing is started and None is returned.
         """
         group = self._services
@@ -309,28 +310,29 @@ class ModuleCoordinator:
 
     @property
     def turn(self) -> TurnHandle:
-        """The current (or last) turn's handle; replaced by :meth:`begin_turn`."""
+        """The current (or last) turn's handle; replaced by
+        [`begin_turn`][amplifier_anyio.ModuleCoordinator.begin_turn]."""
         return self._turn
 
     @property
     def cancellation(self) -> CancellationToken:
         """The current (or last) turn's token: a read-only view for upstream modules.
 
-        Code of the turn itself holds its :class:`TurnHandle` instead, so nothing it does
+        Code of the turn itself holds its `TurnHandle` instead, so nothing it does
         can reach a later turn."""
         return self._turn.token
 
     async def request_cancel(self, immediate: bool = False) -> None:
         """Cancel the current turn: ``cancel:requested``, the callbacks, then its scopes.
 
-        The turn is looked up once, before any await (:meth:`TurnHandle.request_cancel`):
+        The turn is looked up once, before any await (`TurnHandle.request_cancel`):
         a slow ``cancel:requested`` hook cannot make the cancel land on the next turn.
         Nothing happens when the turn is already at (or past) the requested level.
         """
         await self._turn.request_cancel(immediate)
 
     def request_cancel_nowait(self, immediate: bool = False) -> bool:
-        """Cancel the current turn now, from synchronous code (:meth:`TurnHandle.cancel`).
+        """Cancel the current turn now, from synchronous code (`TurnHandle.cancel`).
 
         The turn emits ``cancel:requested`` and runs the callbacks before its terminal
         events. Returns True if the state changed.
@@ -342,7 +344,7 @@ class ModuleCoordinator:
         return self._turn.cancel_flush_due()
 
     async def flush_cancel_request(self) -> None:
-        """The current turn's :meth:`TurnHandle.flush_cancel`."""
+        """The current turn's `TurnHandle.flush_cancel`."""
         await self._turn.flush_cancel()
 
     # -- turns ---------------------------------------------------------------------------
@@ -351,11 +353,12 @@ class ModuleCoordinator:
         self, token: CancellationToken | None = None, *, parent: TurnHandle | None = None
     ) -> TurnHandle:
         """Accept a new turn: a fresh handle (with ``token``, or a fresh one) becomes
-        :attr:`turn`.
+        [`turn`][amplifier_anyio.ModuleCoordinator.turn].
 
         Synchronous, so a session calls it on the first line of ``run()``: a cancel that
         arrives while the turn is still starting lands on the turn's own handle. The next
-        :meth:`claim_turn` hands this handle to the turn engine.
+        [`claim_turn`][amplifier_anyio.ModuleCoordinator.claim_turn] hands this handle to the turn
+        engine.
         """
         handle = TurnHandle(self.hooks, token or CancellationToken(), parent=parent)
         self._turn = handle
@@ -364,12 +367,14 @@ class ModuleCoordinator:
         return handle
 
     def begin_turn(self, token: CancellationToken | None = None) -> CancellationToken:
-        """:meth:`accept_turn`, returning the new turn's token."""
+        """[`accept_turn`][amplifier_anyio.ModuleCoordinator.accept_turn], returning the new turn's
+        token."""
         return self.accept_turn(token).token
 
     def claim_turn(self, token: CancellationToken | None = None) -> TurnHandle:
         """The handle of the turn about to run: a new one for ``token``, else the one
-        accepted by :meth:`begin_turn`, else a fresh one. Each is claimed once."""
+        accepted by [`begin_turn`][amplifier_anyio.ModuleCoordinator.begin_turn], else a fresh one.
+        Each is claimed once."""
         if token is not None or self._accepted is None:
             self.begin_turn(token)
         accepted, self._accepted = self._accepted, None
@@ -385,9 +390,9 @@ class ModuleCoordinator:
 
         Approval fails closed: no approval system, a timeout whose default is deny, or any
         answer other than allow / allow once / allow always gives ``deny``. The answer
-        ``defer`` to a ``tool:pre`` question raises :class:`ApprovalDeferred`: the tool
-        batch holds the call for an approval that outlives the turn (``docs/durable.md``);
-        to any other event it is a deny.
+        ``defer`` to a ``tool:pre`` question raises
+        [`ApprovalDeferred`][amplifier_anyio.ApprovalDeferred]: the tool batch holds the call for an
+        approval that outlives the turn (``docs/durable.md``); to any other event it is a deny.
         """
         if (
             type(result) is HookResult
@@ -483,7 +488,8 @@ class ModuleCoordinator:
 
     async def _show(self, result: HookResult, hook_name: str) -> None:
         """Show a hook's user message: in a worker thread (a display system may block),
-        waiting at most :attr:`display_timeout`; a display that fails is logged."""
+        waiting at most [`display_timeout`][amplifier_anyio.ModuleCoordinator.display_timeout]; a
+        display that fails is logged."""
         source = f"hook:{result.user_message_source or hook_name}"
         if self.display_system is None:
             logger.info("[%s] %s", source, result.user_message)

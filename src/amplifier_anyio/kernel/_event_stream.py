@@ -1,8 +1,8 @@
 """A turn whose events the host reads as a stream: ``session.stream(prompt)``.
 
 The turn is accepted by ``__aenter__`` itself, before it returns (so a busy or closed
-session raises :class:`SessionError` right there, and leaving the block can always cancel
-the turn), then runs in a task of a task group entered by ``__aenter__`` and left by
+session raises [`SessionError`][amplifier_anyio.SessionError] right there, and leaving the block can
+always cancel the turn), then runs in a task of a task group entered by ``__aenter__`` and left by
 ``__aexit__`` (a class, not a generator, so nothing yields from inside the group). Every
 event of the session is sent, as ``(name, data)``, into an unbounded memory object stream
 that ends when the turn ends. Leaving the block before the turn is over cancels the turn
@@ -38,7 +38,7 @@ Event = tuple[str, dict[str, Any]]
 class TurnEventStream:
     """``async with session.stream(prompt) as events: async for name, data in events: …``
 
-    After the block, :attr:`result` holds the turn's :class:`TurnResult`.
+    After the block, `result` holds the turn's [`TurnResult`][amplifier_anyio.TurnResult].
     """
 
     def __init__(self, session: AmplifierSession, prompt: str) -> None:

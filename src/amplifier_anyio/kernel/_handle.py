@@ -2,12 +2,12 @@
 
 A turn is accepted synchronously (``session.run()`` on its first line, before any await;
 an orchestrator run without a session accepts its own) and gets a fresh
-:class:`TurnHandle`. The handle owns the turn's :class:`CancellationToken`, its deadline,
-the cancel that was asked but not yet announced (``cancel:requested``), and whether the
-session's ``session:start`` was delivered by this turn.
+`TurnHandle`. The handle owns the turn's [`CancellationToken`][amplifier_anyio.CancellationToken],
+its deadline, the cancel that was asked but not yet announced (``cancel:requested``), and whether
+the session's ``session:start`` was delivered by this turn.
 
-Every cancel names its turn. :meth:`TurnHandle.cancel` and
-:meth:`TurnHandle.request_cancel` act on *this* handle's token, looked up once, when they
+Every cancel names its turn. `TurnHandle.cancel` and
+`TurnHandle.request_cancel` act on *this* handle's token, looked up once, when they
 are called: however slow the ``cancel:requested`` hooks are, a cancel asked during turn
 N never lands on turn N+1 (the bug this module exists for: looking the current turn up
 *after* awaiting the hooks). Tool batches, context writes and sub-agents hold the handle
@@ -78,7 +78,7 @@ class TurnHandle:
     """Whether this turn delivered the session's ``session:start`` (``session:resume``)."""
     problems: list[str] = attrs.field(factory=list)
     """What went wrong around the turn before its engine ran (a bound that expired); the
-    engine adds them to :attr:`TurnResult.problems`."""
+    engine adds them to `TurnResult.problems`."""
     _phase: TurnPhase = attrs.field(default=TurnPhase.ACCEPTED, init=False)
     _pending: dict[str, Any] | None = attrs.field(default=None, init=False)
 
@@ -124,7 +124,7 @@ class TurnHandle:
         """Cancel this turn now, from synchronous code; True if its state changed.
 
         The turn emits ``cancel:requested`` (and runs the ``on_cancel`` callbacks) before
-        its terminal events (:meth:`flush_cancel`). A done turn is not changed.
+        its terminal events (`flush_cancel`). A done turn is not changed.
         """
         payload = self._payload(immediate)
         if payload is None:
@@ -154,12 +154,12 @@ class TurnHandle:
         return await self.token.request(immediate)
 
     def cancel_flush_due(self) -> bool:
-        """Whether :meth:`flush_cancel` has anything to do (a ``cancel:requested`` to emit
+        """Whether `flush_cancel` has anything to do (a ``cancel:requested`` to emit
         or an ``on_cancel`` callback that has not run)."""
         return self._pending is not None or self.token.callbacks_due()
 
     async def flush_cancel(self) -> None:
-        """Emit the ``cancel:requested`` of a :meth:`cancel`, if one is due, and run the
+        """Emit the ``cancel:requested`` of a `cancel`, if one is due, and run the
         callbacks that have not run yet."""
         payload, self._pending = self._pending, None
         if payload is not None and self.hooks is not None:

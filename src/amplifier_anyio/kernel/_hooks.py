@@ -5,7 +5,7 @@ snapshot of the list taken when ``emit`` starts, so (un)registering during an em
 affects later emits. The backend's cancellation exception is never caught here, so a
 cancel scope around ``emit`` stops the running handler and no later handler runs.
 
-A gate fails closed: on a :data:`~amplifier_anyio.events.GATE_EVENTS` event a handler
+A gate fails closed: on a `GATE_EVENTS` event a handler
 that raises an ``Exception`` or answers something that is not a verdict *denies*, with a
 reason naming the hook and the module that registered it; on every other event it is
 logged and skipped.
@@ -321,7 +321,7 @@ def _is_async(handler: Any) -> bool:
 
 
 _FAILED = HookResult(action="continue", reason="the handler failed")
-"""What :func:`_call` gives for a handler that failed on an observe-only event (skipped)."""
+"""What `_call` gives for a handler that failed on an observe-only event (skipped)."""
 
 
 async def _call(
@@ -329,7 +329,7 @@ async def _call(
 ) -> HookResult | None:
     """Run one handler (a synchronous one in a worker thread unless ``inline``).
 
-    A failure on a gate event denies; elsewhere it is skipped (:func:`_failed`). An answer
+    A failure on a gate event denies; elsewhere it is skipped (`_failed`). An answer
     that is not our HookResult is converted (an amplifier-core HookResult, a dict with
     ``action``); one that cannot be converted is treated as a failure.
     """

@@ -1,11 +1,11 @@
 """Code that may block, kept off the event loop (DESIGN §3: no user code blocks the loop).
 
-:func:`run_blocking` calls a synchronous function in a worker thread and waits for it;
+`run_blocking` calls a synchronous function in a worker thread and waits for it;
 a cancel (a caller's timeout, the turn's cancel) stops the *wait* and abandons the thread,
 which then finishes on its own. Callers bound the wait with their own timeout and apply
 their fail-closed default when it expires.
 
-:class:`BlockingLane` is for OS work under a shield (a write, an fsync, a rename): calls run
+`BlockingLane` is for OS work under a shield (a write, an fsync, a rename): calls run
 one at a time, in order, each in a worker thread. A caller that stops waiting (its bound
 expired) leaves its call running; the next call waits for it first, so two writes to one
 file never interleave however long one is stuck.

@@ -11,25 +11,25 @@ session goes on without it.
 cancels, the turn closes its events, the cancellation propagates, and ``async with``
 still cleans up.
 
-The life cycle follows httpx's client: UNOPENED → OPENED → CLOSED (:class:`SessionState`).
-Modules are mounted once, under a lock, by ``async with`` or the first ``run()``; one
-turn runs at a time; a closed session refuses every use with :class:`SessionError`
-rather than silently mounting everything again. Once every module is mounted, each
-module's optional ``on_session_ready(coordinator)`` runs (a failure is logged and emitted
-as ``module:on_session_ready_failed``, and the session goes on).
+The life cycle follows httpx's client: UNOPENED → OPENED → CLOSED
+([`SessionState`][amplifier_anyio.SessionState]). Modules are mounted once, under a lock, by ``async
+with`` or the first ``run()``; one turn runs at a time; a closed session refuses every use with
+[`SessionError`][amplifier_anyio.SessionError] rather than silently mounting everything again. Once
+every module is mounted, each module's optional ``on_session_ready(coordinator)`` runs (a failure is
+logged and emitted as ``module:on_session_ready_failed``, and the session goes on).
 
 ``async with`` also owns a task group for the session's lifetime, where module services
-run (:meth:`ModuleCoordinator.start_service`). ``__aenter__`` enters the group and
-``__aexit__`` leaves it — a class with both methods, as anyio's own task group and
-portal are, not a generator, so nothing ever yields from inside the group. The host's
-block runs inside the group's scope; services never cancel it (a service's failure is
-logged, see :mod:`._services`), the session stops them at cleanup, and the group is then
+run ([`ModuleCoordinator.start_service`][amplifier_anyio.ModuleCoordinator.start_service]).
+``__aenter__`` enters the group and ``__aexit__`` leaves it — a class with both methods, as anyio's
+own task group and portal are, not a generator, so nothing ever yields from inside the group. The
+host's block runs inside the group's scope; services never cancel it (a service's failure is
+logged, see `_services`), the session stops them at cleanup, and the group is then
 left with no exception passed in, so a host's error leaves the block as it entered it
 (never wrapped in an exception group); only the host's cancellation is handed to the
 group as it is, so that the scope it belongs to catches it. ``__aenter__`` and
 ``__aexit__`` must run in the same task (as for any cancel scope). A session used
 without ``async with`` has no task group: a module that starts a service then fails to
-mount with a :class:`SessionError` saying so.
+mount with a [`SessionError`][amplifier_anyio.SessionError] saying so.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class SessionState(enum.Enum):
     OPENED = "opened"
     """Modules mounted (by ``async with`` or the first ``run()``); turns may run."""
     CLOSED = "closed"
-    """Cleaned up; any further use raises :class:`SessionError`."""
+    """Cleaned up; any further use raises [`SessionError`][amplifier_anyio.SessionError]."""
 
 
 @attrs.define(eq=False)
@@ -452,8 +452,8 @@ class AmplifierSession:
     async def run(self, prompt: str) -> TurnResult:
         """Run one turn. A turn cancelled through the session returns status ``cancelled``.
 
-        Raises :class:`SessionError` when a turn is already running or the session is
-        closed; mounts the plan's modules first if ``async with`` did not.
+        Raises [`SessionError`][amplifier_anyio.SessionError] when a turn is already running or the
+        session is closed; mounts the plan's modules first if ``async with`` did not.
         """
         handle = self._accept_turn()
         try:
@@ -474,8 +474,8 @@ class AmplifierSession:
         returns that answer without a provider call; calls still undecided end the turn
         ``awaiting_approval`` again.
 
-        Raises :class:`SessionError` when a turn is running, the orchestrator or the
-        context cannot resume (loop-basic / loop-streaming / loop-events with
+        Raises [`SessionError`][amplifier_anyio.SessionError] when a turn is running, the
+        orchestrator or the context cannot resume (loop-basic / loop-streaming / loop-events with
         context-persistent can), or an approval names a call that is not pending.
         """
         handle = self._accept_turn()
@@ -537,9 +537,9 @@ class AmplifierSession:
 
         ``async with session.stream(prompt) as events:`` gives a receive stream of
         ``(name, data)`` pairs that ends with the turn. The turn is accepted when the
-        block is entered (a :class:`SessionError` then, if one is running); leaving the
-        block before the turn is over cancels it (immediately) and waits for it. The
-        TurnResult is then in ``.result`` of the stream object and in :attr:`last_result`.
+        block is entered (a [`SessionError`][amplifier_anyio.SessionError] then, if one is running);
+        leaving the block before the turn is over cancels it (immediately) and waits for it. The
+        TurnResult is then in ``.result`` of the stream object and in `last_result`.
         """
         return TurnEventStream(self, prompt)
 

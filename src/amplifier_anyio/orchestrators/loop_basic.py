@@ -1,9 +1,9 @@
 """loop-basic: prompt → provider → tools (in parallel) → provider … → answer.
 
-A short policy over the shared turn engine (:mod:`amplifier_anyio.runtime._turn`): each
+A short policy over the shared turn engine (`amplifier_anyio.runtime._turn`): each
 response's tool calls run as one structured batch. The engine owns the turn's cancel
-scope, the terminal events and the :class:`TurnResult`; see its docstring for what holds
-on every path.
+scope, the terminal events and the [`TurnResult`][amplifier_anyio.TurnResult]; see its docstring for
+what holds on every path.
 """
 
 from __future__ import annotations
@@ -97,8 +97,8 @@ class LoopBasicOrchestrator:
     """The basic agent loop with structured parallel tools.
 
     ``execute()`` is Amplifier's call (the answer as a string; a failed turn raises its
-    exception). ``run_turn()`` returns the full :class:`TurnResult`; the last one stays in
-    :attr:`last_result`. Turns never share state: one orchestrator may run several at once.
+    exception). ``run_turn()`` returns the full [`TurnResult`][amplifier_anyio.TurnResult]; the last
+    one stays in `last_result`. Turns never share state: one orchestrator may run several at once.
     """
 
     name = "loop-basic"
@@ -187,7 +187,8 @@ class LoopBasicOrchestrator:
         cancellation: CancellationToken | None = None,
     ) -> TurnResult:
         """Continue the turn ``context`` ends in (``session.resume``; ``docs/durable.md``):
-        finish the held calls of its last batch, then go on as :meth:`run_turn`."""
+        finish the held calls of its last batch, then go on as
+        [`run_turn`][amplifier_anyio.orchestrators.LoopBasicOrchestrator.run_turn]."""
         return await self.run_turn(
             prompt,
             context,

@@ -1,6 +1,7 @@
 """loop-lifecycle: the lifecycle orchestrator protocol inside a session turn.
 
-The turn goes through the protocol's stages (:mod:`amplifier_anyio.lifecycle`):
+The turn goes through the protocol's stages
+([`amplifier_anyio.lifecycle`][amplifier_anyio.lifecycle]):
 
 * **initialize** — the mounted tools are the workers;
 * **plan** — the provider is asked for a JSON list of steps, each naming a mounted tool,
@@ -9,7 +10,7 @@ The turn goes through the protocol's stages (:mod:`amplifier_anyio.lifecycle`):
   one ends the turn FAILED;
 * **route** / **execute** — each wave of ready steps is routed (a step names its tool;
   routing's runner-up is the fallback) and runs through the shared tool batch
-  (:mod:`amplifier_anyio.runtime._tool_batch`) as one assistant message with its tool
+  (`amplifier_anyio.runtime._tool_batch`) as one assistant message with its tool
   calls, answered by one ``role: tool`` message per call — so the conversation is valid
   for any provider and the five invariants of DESIGN §6 hold. A retry or a fallback is
   another such pair;
@@ -20,8 +21,8 @@ The turn goes through the protocol's stages (:mod:`amplifier_anyio.lifecycle`):
 Each stage is emitted as the hook event ``lifecycle:<stage>`` with ``{stage, data,
 trace_id}`` (``data`` as plain JSON-like values). The planning and aggregation
 instructions are ephemeral: they reach one request and are never stored in the context.
-The engine (:mod:`amplifier_anyio.runtime._turn`) owns the turn's scope, its terminal
-events and the :class:`TurnResult`, as for loop-basic.
+The engine (`amplifier_anyio.runtime._turn`) owns the turn's scope, its terminal
+events and the [`TurnResult`][amplifier_anyio.TurnResult], as for loop-basic.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ class LoopLifecycleConfig:
 
 
 def parse_plan(text: str, tools: Mapping[str, Any], *, max_steps: int = 30) -> list[Step]:
-    """The steps of a planning reply; :class:`ValueError` saying what is wrong otherwise.
+    """The steps of a planning reply; `ValueError` saying what is wrong otherwise.
 
     The reply is a JSON list (a Markdown code fence around it is allowed) of objects with
     ``id`` (a string), ``tool`` (a mounted tool), optional ``input`` (an object),
@@ -570,8 +571,8 @@ class LoopLifecycleOrchestrator:
     """The lifecycle protocol as a session orchestrator (see the module docstring).
 
     ``execute()`` is Amplifier's call (the answer; a failed turn raises its exception);
-    ``run_turn()`` returns the :class:`TurnResult`; the last one stays in
-    :attr:`last_result`. Turns never share state.
+    ``run_turn()`` returns the [`TurnResult`][amplifier_anyio.TurnResult]; the last one stays in
+    `last_result`. Turns never share state.
     """
 
     name = "loop-lifecycle"

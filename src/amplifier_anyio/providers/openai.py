@@ -391,7 +391,8 @@ def parse_completion(
 
     The first choice is the answer. A ``refusal`` is kept as the text, with finish reason
     ``refusal``; a tool call cut by the token limit carries the truncation marker.
-    Raises :class:`MalformedResponseError` when there is no choice.
+    Raises [`MalformedResponseError`][amplifier_anyio.errors.MalformedResponseError] when there is
+    no choice.
     """
     if not isinstance(body, Mapping):
         raise TypeError(f"the body is {type(body).__name__}, not an object")

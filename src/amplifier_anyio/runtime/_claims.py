@@ -1,9 +1,9 @@
 """Resource claims: the calls of one batch that touch the same thing run in call order.
 
 A tool may declare what a call touches (``claims(input) -> Claims``, see
-:class:`~amplifier_anyio.interfaces.Claims`). When two or more calls of a parallel batch
-belong to tools that do, the batch runs each call through :meth:`ClaimTable.run` and,
-between its ``tool:pre`` hooks and its execution, through :meth:`ClaimTable.enter`:
+[`Claims`][amplifier_anyio.Claims]). When two or more calls of a parallel batch
+belong to tools that do, the batch runs each call through `ClaimTable.run` and,
+between its ``tool:pre`` hooks and its execution, through `ClaimTable.enter`:
 
 1. The call's claims are computed from its *final* input (what ``tool:pre`` left), in a
    worker thread (``claims()`` may resolve paths), so the claim is what actually runs.
@@ -167,7 +167,7 @@ class ClaimTable:
     async def enter(self, index: int, call: ToolCall, tool: Any, tool_input: Any) -> None:
         """Compute the call's claims and wait for the earlier calls that conflict.
 
-        Raises :class:`ClaimsError` when ``claims()`` fails (the call's error result).
+        Raises `ClaimsError` when ``claims()`` fails (the call's error result).
         """
         claims = await self._compute(call.name, tool, tool_input)
         self._claims[index] = claims

@@ -5,14 +5,14 @@ lands in the slot of its call index as it finishes; the batch's ``role: tool`` m
 written to the context in call order once the group has closed. However the batch ends —
 normally, by an immediate cancel, by the host's own cancel scope — the writing happens in
 a ``finally`` under a bounded shield: finished calls keep their real result and only the
-unfinished ones get :func:`cancelled_result`. So no call is left unanswered and no finished
-result is lost.
+unfinished ones get [`cancelled_result`][amplifier_anyio.runtime.cancelled_result]. So no call is
+left unanswered and no finished result is lost.
 
 Both context writes (the assistant message before the calls, the results after) are
 shielded and bounded by ``write_timeout``. A write that fails or gives up is recorded in
-:attr:`ToolBatch.problems` (and logged at error level) and the batch raises
-:class:`~amplifier_anyio.errors.ContextWriteError` — unless a cancellation is already on
-its way out, which it never replaces. When the assistant message could not be written
+[`ToolBatch.problems`][amplifier_anyio.runtime.ToolBatch.problems] (and logged at error level) and
+the batch raises [`ContextWriteError`][amplifier_anyio.ContextWriteError] — unless a cancellation is
+already on its way out, which it never replaces. When the assistant message could not be written
 no tool runs, so no result can land without its call.
 
 A synchronous tool runs in a worker thread that the batch waits for, even on cancel: a
@@ -22,13 +22,14 @@ the turn reported the call cancelled. A tool that wants to stop early calls
 abandoning (giving up the guarantee that nothing of the turn runs after it returns).
 
 Durable runs (``docs/durable.md``): when the context offers the
-:class:`~amplifier_anyio.interfaces.ToolJournal` protocol, each call is journaled as
+[`ToolJournal`][amplifier_anyio.interfaces.ToolJournal] protocol, each call is journaled as
 started right before its tool runs and as finished as soon as its result exists. A call
-whose approval is deferred (:class:`~amplifier_anyio.errors.ApprovalDeferred`, from the
+whose approval is deferred ([`ApprovalDeferred`][amplifier_anyio.ApprovalDeferred], from the
 approval system or the tool) is journaled and held: its result is a pending placeholder
-and :attr:`ToolBatch.held` lists it. :meth:`ToolBatch.run_held` runs the calls of a
-batch already in the context (after a crash, or once approved) and puts their results in
-place of the placeholders.
+and [`ToolBatch.held`][amplifier_anyio.runtime.ToolBatch.held] lists it.
+[`ToolBatch.run_held`][amplifier_anyio.runtime.ToolBatch.run_held] runs the calls of a batch already
+in the context (after a crash, or once approved) and puts their results in place of the
+placeholders.
 """
 
 from __future__ import annotations
@@ -170,8 +171,9 @@ class ToolBatch:
     async def run(self, context: ContextManager, assistant_message: dict[str, Any]) -> None:
         """Add ``assistant_message``, run every call, then add one tool message per call.
 
-        Raises :class:`ContextWriteError` when a write failed or gave up (see the module
-        docstring); the history is then never left with an unanswered call on our side.
+        Raises [`ContextWriteError`][amplifier_anyio.ContextWriteError] when a write failed or gave
+        up (see the module docstring); the history is then never left with an unanswered call on our
+        side.
         """
         self._journal = _journal_of(context)
         # Shielded so that a cancel can never leave the results without their call message.

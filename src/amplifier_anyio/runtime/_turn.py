@@ -1,19 +1,20 @@
-"""The turn engine: one :class:`Turn` that every orchestrator drives.
+"""The turn engine: one [`Turn`][amplifier_anyio.runtime.Turn] that every orchestrator drives.
 
 A turn owns its cancel scope (``turn_timeout`` is its deadline, the turn's token cancels
 it), and that scope encloses every event of the turn from ``execution:start`` on. Inside
 it: ``prompt:submit``, the user message, then provider calls until the model answers,
 the iteration limit is reached, a hook denies, or a graceful cancel stops the turn before
 its next provider call. How the tool calls of one response run is the orchestrator's
-policy (a :data:`ToolRunner`); :meth:`Turn.run_batch` is the structured parallel batch.
+policy (a [`ToolRunner`][amplifier_anyio.runtime.ToolRunner]);
+[`Turn.run_batch`][amplifier_anyio.runtime.Turn.run_batch] is the structured parallel batch.
 
 However the turn ends — answer, error, iteration limit, either cancel, the host's own
 cancel scope, the deadline — it closes with its terminal events, exactly once, under a
 shield: ``cancel:completed`` (only when the status is ``cancelled``), ``prompt:complete``
 (only with an answer), ``orchestrator:complete`` and ``execution:end``. Each event has
 its own bound, so one hung observer cannot drop the others; an expired bound is logged
-at error level and recorded in :attr:`TurnResult.problems`. A host cancel is re-raised
-after the terminal events; every other ending is a :class:`TurnResult`.
+at error level and recorded in `TurnResult.problems`. A host cancel is re-raised
+after the terminal events; every other ending is a [`TurnResult`][amplifier_anyio.TurnResult].
 
 A turn also ends when a tool batch holds a call for an approval that outlives it
 (status ``awaiting_approval``, the held calls in ``TurnResult.pending_approvals``). A
@@ -83,8 +84,8 @@ logger = logging.getLogger(__name__)
 ToolRunner = Callable[["Turn", ChatResponse, list[ToolCall]], Awaitable[None]]
 """An orchestrator's tool policy: run one response's calls and write the results.
 
-It must leave every call answered in the context (the default, :meth:`Turn.run_batch`,
-does so on every path)."""
+It must leave every call answered in the context (the default,
+[`Turn.run_batch`][amplifier_anyio.runtime.Turn.run_batch], does so on every path)."""
 
 INCOMPLETE_FINISH_REASONS = frozenset(
     {"length", "max_tokens", "content_filter", "refusal", "model_context_window_exceeded"}
@@ -141,7 +142,8 @@ class Turn:
     orchestrator: str = "loop-basic"
     streaming: bool = False
     run_tools: ToolRunner | None = None
-    """The orchestrator's tool policy; None runs :meth:`run_batch`."""
+    """The orchestrator's tool policy; None runs
+    [`run_batch`][amplifier_anyio.runtime.Turn.run_batch]."""
     trace_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
     iterations: int = 0
     usage: Usage = attrs.field(factory=Usage)
@@ -348,7 +350,8 @@ class Turn:
         kwargs = {"extended_thinking": True} if self.config.extended_thinking else {}
         self.iterations += 1
         if self.hooks.has_handlers(LLM_REQUEST):  # the whole request: only for a listener
-            await self.hooks.emit(LLM_REQUEST, llm_request_payload(self.provider_name, request))
+            asked = llm_request_payload(self.provider_name, request, provider)
+            await self.hooks.emit(LLM_REQUEST, asked)
         try:
             response = await self._complete(provider, request, kwargs)
         except Exception as exc:

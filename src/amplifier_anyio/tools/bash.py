@@ -18,7 +18,7 @@ result). Run untrusted commands in a container, not behind this tool alone.
 Results are upstream's: ``{stdout, stderr, returncode}`` (plus ``truncated`` and the total
 sizes when output was cut); a command that fails keeps all three and is an error result.
 Output is capped at ``max_output_bytes`` per stream, keeping the head and the tail around
-a marker. A deny-list (:mod:`amplifier_anyio.tools._bash_safety`) refuses obviously
+a marker. A deny-list (`amplifier_anyio.tools._bash_safety`) refuses obviously
 destructive commands before they start.
 
 A command may touch anything under its working directory, so by default each call claims
@@ -402,7 +402,8 @@ def _working_dir(coordinator: Any, config: BashConfig) -> str:
 
 
 def make_tool(coordinator: Any, config: Mapping[str, Any] | None = None) -> BashTool:
-    """A :class:`BashTool` configured as ``mount`` would (for tests and embedding)."""
+    """A [`BashTool`][amplifier_anyio.tools.bash.BashTool] configured as ``mount`` would (for tests
+    and embedding)."""
     parsed = BashConfig.from_dict(dict(config or {}))
     return BashTool(parsed, working_dir=_working_dir(coordinator, parsed))
 

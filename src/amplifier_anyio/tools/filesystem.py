@@ -6,7 +6,7 @@ three, tool-search's ``glob``), so prompts written for upstream work. Unlike ups
 - reads are confined too (``allowed_read_paths``, default: the working directory), and
   every access is confined twice — after resolving symlinks and ``..``, and again when
   the file is opened, from the root's directory descriptor without following any
-  symlink (:mod:`amplifier_anyio.tools._paths`), so a symlink swapped in between the check
+  symlink (`amplifier_anyio.tools._paths`), so a symlink swapped in between the check
   and the open cannot lead out;
 - a file with several hard links is not read or edited (a hard link can alias a file
   outside the allowed paths and no path check can tell), unless ``allow_hard_links``;
@@ -795,7 +795,8 @@ def _working_dir(coordinator: Any, config: FilesystemConfig) -> str:
 
 
 def make_tools(coordinator: Any, config: dict[str, Any] | None = None) -> list[_FsTool]:
-    """The five tools over one shared :class:`Filesystem` (for tests and embedding)."""
+    """The five tools over one shared [`Filesystem`][amplifier_anyio.tools.filesystem.Filesystem]
+    (for tests and embedding)."""
     parsed = FilesystemConfig.from_dict(config)
     fs = Filesystem(parsed, _working_dir(coordinator, parsed), coordinator)
     kinds = (ReadFileTool, WriteFileTool, EditFileTool, ListDirectoryTool, GlobTool)

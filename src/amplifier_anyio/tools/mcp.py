@@ -1,13 +1,14 @@
 """tool-mcp: mount the tools of MCP servers (stdio or streamable HTTP) as session tools.
 
-Each configured server is one **module service** (:meth:`ModuleCoordinator.start_service`):
-one task opens the SDK's :class:`mcp.Client` (the transport, the server process, the
-protocol session), lists the tools, reports them through ``task_status.started(...)`` and
-keeps the connection until the session closes. The task that enters the client is the
-task that exits it, so no cancel scope is ever entered in one task and left in another,
-whoever calls a tool first. A tool call, from a tool-batch task, only sends a request on
-the connection and waits for its answer (the SDK routes requests through memory streams
-owned by the service task), so a call can be cancelled without touching the connection.
+Each configured server is one **module service**
+([`ModuleCoordinator.start_service`][amplifier_anyio.ModuleCoordinator.start_service]): one task
+opens the SDK's `mcp.Client` (the transport, the server process, the protocol session), lists the
+tools, reports them through ``task_status.started(...)`` and keeps the connection until the session
+closes. The task that enters the client is the task that exits it, so no cancel scope is ever
+entered in one task and left in another, whoever calls a tool first. A tool call, from a tool-batch
+task, only sends a request on the connection and waits for its answer (the SDK routes requests
+through memory streams owned by the service task), so a call can be cancelled without touching the
+connection.
 
 - The servers start at once. A server that fails to start (a command that does not
   exist, a URL that does not answer, a handshake past ``startup_timeout``) fails the
@@ -20,7 +21,7 @@ owned by the service task), so a call can be cancelled without touching the conn
   bounds one request and fails that call alone. A cancelled call is abandoned: the SDK
   tells the server (``notifications/cancelled``) and the connection stays usable.
 - ``is_error`` results become error results; text, image, audio and resource blocks and
-  ``structured_content`` are kept (see :func:`result_of`).
+  ``structured_content`` are kept (see `result_of`).
 - An MCP tool claims nothing (its calls run in parallel with any other), unless the
   server's ``claims`` maps its name (a glob) to the resources it reads or writes
   (``{reads: [...], writes: [...]}``); calls that conflict then run in call order
@@ -383,7 +384,7 @@ def _block(block: Any) -> dict[str, Any]:
 
 
 def result_of(result: Any, server: str) -> ToolResult:
-    """An MCP ``CallToolResult`` as a :class:`ToolResult`.
+    """An MCP ``CallToolResult`` as a [`ToolResult`][amplifier_anyio.ToolResult].
 
     - Only text blocks and no structured content: the text (blocks joined by newlines).
     - Structured content whose text blocks only repeat it (the spec's compatibility text,
@@ -534,7 +535,8 @@ class MCPConnection:
     async def serve(self, *, task_status: anyio.abc.TaskStatus[dict[str, MCPTool]]) -> None:
         """Connect, report the tools, keep the connection; reconnect if configured.
 
-        Raises :class:`MCPServerError` when the first connection fails.
+        Raises [`MCPServerError`][amplifier_anyio.errors.MCPServerError] when the first connection
+        fails.
         """
         attempts = 0
         delay = self.config.reconnect_delay
@@ -781,7 +783,7 @@ class MCPTool:
         self.input_schema = input_schema
 
     async def execute(self, input: dict[str, Any]) -> ToolResult:
-        """Call the tool on its server (see :meth:`MCPConnection.call`)."""
+        """Call the tool on its server (see `MCPConnection.call`)."""
         return await self.connection.call(self.mcp_name, dict(input or {}))
 
     def __repr__(self) -> str:
