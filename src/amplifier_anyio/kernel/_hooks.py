@@ -251,11 +251,9 @@ class HookRegistry:
         for entry in tuple(self._handlers.get(event, ())):
             with anyio.move_on_after(timeout) as scope:
                 result = await _call(entry, event, data, collecting=True)
-            if result is _FAILED:
-                continue
             if scope.cancelled_caught:
                 logger.warning("hook %s timed out after %ss on %s", entry.name, timeout, event)
-            elif result is not None:
+            elif result is not None and result is not _FAILED:
                 collected.append(
                     HookAnswer(handler=entry.name, registered=entry.seq, result=result)
                 )

@@ -604,7 +604,7 @@ class AmplifierSession:
         coordinator = self.coordinator
         orchestrator = coordinator.get("orchestrator")
         resume_turn = getattr(orchestrator, "resume_turn", None)
-        if resume_turn is None:
+        if resume_turn is None or getattr(orchestrator, "resumable", True) is False:
             name = getattr(orchestrator, "name", type(orchestrator).__name__)
             msg = f"the orchestrator {name!r} cannot resume a turn"
             raise SessionError(msg)

@@ -105,11 +105,17 @@ class LoopBasicOrchestrator:
     streaming = False
     tool_runner: ToolRunner | None = None
     """The tool policy handed to the engine; None: one structured batch per response."""
+    config_class: ClassVar[type[Any]] = LoopBasicConfig
+    """The settings class (``from_dict``, ``turn_config()``, ``batch_config()``)."""
+    turn_class: ClassVar[type[Turn]] = Turn
+    """The engine's turn: an orchestrator with a loop of its own subclasses it."""
+    resumable: ClassVar[bool] = True
+    """Whether ``resume_turn`` can continue a held or interrupted turn."""
 
-    def __init__(self, config: LoopBasicConfig | dict[str, Any] | None = None) -> None:
-        if not isinstance(config, LoopBasicConfig):
-            config = LoopBasicConfig.from_dict(config)
-        self.config = config
+    def __init__(self, config: Any = None) -> None:
+        if not isinstance(config, self.config_class):
+            config = self.config_class.from_dict(config)
+        self.config: Any = config
         self.last_result: TurnResult | None = None
         self._turn_config = config.turn_config()
         self._batch_config = config.batch_config()
@@ -157,7 +163,7 @@ class LoopBasicOrchestrator:
         handle = coordinator.claim_turn(cancellation)
         if standalone:
             await coordinator.mount("context", context)
-        turn = Turn(
+        turn = self.turn_class(
             prompt=prompt,
             context=context,
             providers=providers,
@@ -171,9 +177,14 @@ class LoopBasicOrchestrator:
             streaming=self.streaming,
             run_tools=self.tool_runner,
             resuming=resuming,
+            **self.turn_options(),
         )
         self.last_result = await turn.run()
         return self.last_result
+
+    def turn_options(self) -> dict[str, Any]:
+        """Keyword arguments of `turn_class` beyond the engine's own (none here)."""
+        return {}
 
     async def resume_turn(
         self,

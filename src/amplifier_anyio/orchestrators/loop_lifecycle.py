@@ -72,12 +72,10 @@ from ..models._validators import number, one_of
 from ..runtime._requests import assistant_message, select_provider
 from ..runtime._tool_batch import ToolBatchConfig
 from ..runtime._turn import Turn, TurnConfig
+from .loop_basic import LoopBasicOrchestrator
 
 if TYPE_CHECKING:
-    from ..interfaces import ContextManager, Provider, Tool
-    from ..kernel._cancellation import CancellationToken
-    from ..kernel._hooks import HookRegistry
-    from ..kernel._turns import TurnResult
+    from ..interfaces import Provider
 
 __all__ = (
     "LoopLifecycleConfig",
@@ -567,74 +565,21 @@ class _LifecycleTurn(Turn):
                 self.emit_scope = None
 
 
-class LoopLifecycleOrchestrator:
+class LoopLifecycleOrchestrator(LoopBasicOrchestrator):
     """The lifecycle protocol as a session orchestrator (see the module docstring).
 
-    ``execute()`` is Amplifier's call (the answer; a failed turn raises its exception);
-    ``run_turn()`` returns the [`TurnResult`][amplifier_anyio.TurnResult]; the last one stays in
-    `last_result`. Turns never share state.
+    The same shell as loop-basic (``execute()``, ``run_turn()``, `last_result`); only
+    the turn's loop differs. It cannot resume a turn.
     """
 
     name = "loop-lifecycle"
+    config_class = LoopLifecycleConfig
+    turn_class = _LifecycleTurn
+    resumable = False
 
-    def __init__(self, config: LoopLifecycleConfig | dict[str, Any] | None = None) -> None:
-        if not isinstance(config, LoopLifecycleConfig):
-            config = LoopLifecycleConfig.from_dict(config)
-        self.config = config
-        self.last_result: TurnResult | None = None
-        self._turn_config = config.turn_config()
-        self._batch_config = config.batch_config()
-
-    async def execute(
-        self,
-        prompt: str,
-        context: ContextManager,
-        providers: dict[str, Provider],
-        tools: dict[str, Tool],
-        hooks: HookRegistry,
-        **kwargs: Any,
-    ) -> str:
-        """Run one turn and return its text; re-raise the turn's error if it failed."""
-        result = await self.run_turn(
-            prompt, context, providers, tools, hooks, coordinator=kwargs.get("coordinator")
-        )
-        if result.error is not None:
-            raise result.error
-        return result.text
-
-    async def run_turn(
-        self,
-        prompt: str,
-        context: ContextManager,
-        providers: dict[str, Provider],
-        tools: dict[str, Tool],
-        hooks: HookRegistry,
-        *,
-        coordinator: ModuleCoordinator | None = None,
-        cancellation: CancellationToken | None = None,
-    ) -> TurnResult:
-        """Run one turn to its end and describe how it ended (as loop-basic's)."""
-        standalone = coordinator is None
-        if coordinator is None:
-            coordinator = ModuleCoordinator()
-        handle = coordinator.claim_turn(cancellation)
-        if standalone:
-            await coordinator.mount("context", context)
-        turn = _LifecycleTurn(
-            prompt=prompt,
-            context=context,
-            providers=providers,
-            tools=tools or {},
-            hooks=hooks,
-            coordinator=coordinator,
-            handle=handle,
-            config=self._turn_config,
-            batch=self._batch_config,
-            orchestrator=self.name,
-            settings=self.config,
-        )
-        self.last_result = await turn.run()
-        return self.last_result
+    def turn_options(self) -> dict[str, Any]:
+        """The lifecycle settings of the turn."""
+        return {"settings": self.config}
 
 
 async def mount(coordinator: ModuleCoordinator, config: dict[str, Any] | None = None) -> None:
