@@ -52,10 +52,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .lifecycle import ExecutionContext, LifecycleStage
+from typing import Any
 
 __all__ = (
     "AmplifierError",
@@ -211,7 +208,9 @@ class MCPServerError(AmplifierError):
 class OrchestrationError(AmplifierError):
     """A lifecycle orchestration failed ([`amplifier_anyio.lifecycle`][amplifier_anyio.lifecycle]).
 
-    ``stage`` is where it failed, ``context`` the execution context at that moment,
+    ``stage`` is where it failed (a ``LifecycleStage``), ``context`` the
+    ``ExecutionContext`` at that moment (typed loosely: this module imports nothing of
+    the package),
     ``cause`` the original exception (also the ``__cause__`` when raised), ``recoverable``
     whether a retry or a fallback may succeed, ``metadata`` more detail (the step, the
     attempts, the fallback's own error). ``str()`` names the stage and the trace id.
@@ -219,10 +218,10 @@ class OrchestrationError(AmplifierError):
 
     def __init__(
         self,
-        stage: LifecycleStage,
+        stage: str,
         message: str,
         *,
-        context: ExecutionContext,
+        context: Any,
         cause: BaseException | None = None,
         recoverable: bool = False,
         metadata: dict[str, Any] | None = None,

@@ -27,7 +27,6 @@ from .models import (
 )
 
 if TYPE_CHECKING:
-    from .kernel._coordinator import ModuleCoordinator
     from .kernel._hooks import HookRegistry
 
 __all__ = (
@@ -50,7 +49,7 @@ __all__ = (
 Cleanup = Callable[[], Any]
 """What ``mount()`` may return: a sync or async callable run at session cleanup."""
 
-MountFunction = Callable[["ModuleCoordinator", dict[str, Any]], Awaitable[Cleanup | None]]
+MountFunction = Callable[[Any, dict[str, Any]], Awaitable[Cleanup | None]]
 """A module's ``async def mount(coordinator, config) -> cleanup | None``."""
 
 

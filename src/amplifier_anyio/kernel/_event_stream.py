@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -27,7 +27,23 @@ from ._handle import TurnHandle
 from ._turns import TurnResult
 
 if TYPE_CHECKING:
-    from ._session import AmplifierSession
+    from ._coordinator import ModuleCoordinator
+
+
+class _Host(Protocol):
+    """What the stream needs of its session (``AmplifierSession``; a protocol, so that
+    this module does not import the session's)."""
+
+    coordinator: ModuleCoordinator
+
+    def _accept_turn(self) -> TurnHandle: ...
+
+    def _release_turn(self, handle: TurnHandle) -> None: ...
+
+    async def _run_accepted(self, prompt: str, handle: TurnHandle) -> TurnResult: ...
+
+    def cancel(self, immediate: bool = False) -> bool: ...
+
 
 __all__ = ("TurnEventStream", "Event")
 
@@ -41,7 +57,7 @@ class TurnEventStream:
     After the block, `result` holds the turn's [`TurnResult`][amplifier_anyio.TurnResult].
     """
 
-    def __init__(self, session: AmplifierSession, prompt: str) -> None:
+    def __init__(self, session: _Host, prompt: str) -> None:
         self._session = session
         self._prompt = prompt
         self._group: TaskGroup | None = None
@@ -76,7 +92,7 @@ class TurnEventStream:
         except Exception as exc:  # noqa: BLE001 - re-raised by __aexit__, outside the group
             self._error = exc
         finally:
-            self._session._turn = None
+            self._session._release_turn(handle)
             for unregister in self._unregister:
                 unregister()
             self._done.set()

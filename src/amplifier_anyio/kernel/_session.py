@@ -459,8 +459,7 @@ class AmplifierSession:
         try:
             return await self._run_accepted(prompt, handle)
         finally:
-            self._turn = None
-            handle.finish()
+            self._release_turn(handle)
 
     async def resume(self, approvals: Mapping[str, str] | None = None) -> TurnResult:
         """Continue the turn the context's history ends in (``docs/durable.md``).
@@ -482,8 +481,13 @@ class AmplifierSession:
         try:
             return await self._run_accepted("", handle, approvals=approvals or {})
         finally:
+            self._release_turn(handle)
+
+    def _release_turn(self, handle: TurnHandle) -> None:
+        """The turn is over: ``cancel()`` no longer reaches it, and another may start."""
+        if self._turn is handle:
             self._turn = None
-            handle.finish()
+        handle.finish()
 
     def _accept_turn(self) -> TurnHandle:
         """Take the turn on, before any await: from here on ``cancel()`` reaches it."""
