@@ -7,7 +7,7 @@ asyncio on the real clock with the same scenario scaled down to milliseconds.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import pytest
@@ -54,7 +54,7 @@ def reply(request: ChatRequest) -> ChatResponse:
 class Work:
     name = "work"
     description = "sleeps a little"
-    input_schema: dict[str, Any] = {"type": "object", "properties": {}}
+    input_schema: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
 
     def __init__(self, delay: float) -> None:
         self.delay = delay
