@@ -308,8 +308,10 @@ class AmplifierSession:
                 cleanup = await mount(self.coordinator)
         except SessionError:
             raise  # the session used the wrong way (a service without `async with`): the host's
-        except ConfigError:
-            raise  # a bad value in the plan: it names the module and the key already
+        except ConfigError as exc:
+            # A bad value in the plan stays a ConfigError (whichever module or key), and
+            # still says which plan entry it is.
+            raise ConfigError(f"{kind} {spec.module!r}: {exc}") from exc
         except Exception as exc:
             # Whatever the module raised, the caller learns which plan entry failed.
             raise ModuleLoadError(spec.module, describe(exc), kind=kind) from exc
@@ -714,6 +716,7 @@ def _mounted_objects(coordinator: ModuleCoordinator) -> dict[int, Any]:
 def _original(exc: BaseException) -> BaseException:
     """What a module's ``mount`` raised, when the session wrapped it to name the module."""
     wrapped = isinstance(exc, ModuleLoadError) and exc.kind != "module"
+    wrapped = wrapped or (isinstance(exc, ConfigError) and isinstance(exc.__cause__, ConfigError))
     return exc.__cause__ if wrapped and exc.__cause__ is not None else exc
 
 
