@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .errors import (
         AmplifierError,
         ApprovalDeferred,
+        CassetteMismatchError,
         ConfigError,
         ContextWriteError,
         LLMError,
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "AmplifierError": "errors",
     "ApprovalDeferred": "errors",
+    "CassetteMismatchError": "errors",
     "ConfigError": "errors",
     "ContextWriteError": "errors",
     "LLMError": "errors",
@@ -151,4 +153,5 @@ __all__ = (
     "ModuleNotFoundError",
     "ModuleLoadError",
     "LLMError",
+    "CassetteMismatchError",
 )
