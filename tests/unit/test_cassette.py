@@ -38,6 +38,7 @@ from amplifier_anyio.testing.cassette import (
     normalise_request,
     open_cassette,
 )
+from amplifier_anyio.testing.pytest_plugin import cassette_path
 
 pytestmark = pytest.mark.anyio
 
@@ -579,3 +580,13 @@ def test_first_difference_names_the_first_differing_path() -> None:
     assert first_difference({"a": 1}, {"a": True}) == "a"
     assert first_difference({"a": 1}, {"a": 1, "b": 2}) == "b"
     assert first_difference(1, 2) == "<root>"
+
+
+def test_the_fixture_names_a_file_per_test_from_its_node_id() -> None:
+    root = Path("/project")
+    assert cassette_path(
+        root, "tests/cassettes", "tests/unit/test_x.py::TestC::test_y[asyncio-a/b c]"
+    ) == Path("/project/tests/cassettes/unit/test_x/TestC.test_y[asyncio-a_b_c].jsonl")
+    assert cassette_path(root, "cassettes", "test_top.py::test_z") == Path(
+        "/project/cassettes/test_top/test_z.jsonl"
+    )
