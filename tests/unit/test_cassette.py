@@ -344,11 +344,58 @@ async def test_tools_true_replays_tool_results_without_running_the_tools(
     assert contents[0] == '{"k": [1, 2]}'
     assert contents[1] == "Error: the disk is full"
     tool_lines = [e for e in lines(path)[1:] if e["kind"] == "tool"]
-    assert sorted((e["call"], e["occurrence"], e["tool"]) for e in tool_lines) == [
-        ("call_0", 0, "a"),
-        ("call_1", 0, "b"),
-        ("call_2", 0, "a"),
+    assert sorted(
+        (e["call"], e["occurrence"], e["tool"], e["tool_call_id"]) for e in tool_lines
+    ) == [
+        ("1:0", 0, "a", "call_0"),
+        ("1:1", 0, "b", "call_1"),
+        ("1:2", 0, "a", "call_2"),
     ]
+
+
+def planner(request: ChatRequest) -> ChatResponse:
+    """A model for every orchestrator: plans for loop-lifecycle, calls two tools once, then
+    answers from the results."""
+    last = str(unstructure(request.messages[-1].content))
+    if "lifecycle-plan" in last:
+        steps = [{"id": f"s{i}", "tool": "echo", "input": {"n": i}} for i in (1, 2)]
+        return answer(json.dumps(steps))
+    if any(m.role == "tool" for m in request.messages) or not request.tools:
+        results = [str(m.content) for m in request.messages if m.role == "tool"]
+        return answer("results: " + ", ".join(results))
+    return calls("echo", "echo")
+
+
+@pytest.mark.parametrize("tools", [False, True], ids=["tools-false", "tools-true"])
+@pytest.mark.parametrize(
+    "orchestrator", ["loop-basic", "loop-streaming", "loop-events", "loop-lifecycle"]
+)
+async def test_every_orchestrator_replays_its_recorded_turn(
+    tmp_path: Path, orchestrator: str, tools: bool
+) -> None:
+    path = tmp_path / "turn.jsonl"
+    runs = []
+    for mode, provider in (("record", Streaming(planner)), ("replay", Silent([]))):
+        echo = MockTool("echo", "pong", delay=random.uniform(0, 0.01))
+        spec = {"path": str(path), "mode": mode, "tools": tools}
+        async with session_with(spec, provider, (echo,), orchestrator) as (session, recorder):
+            result = await session.run("ping twice")
+            names = [
+                n for n in recorder.names() if n.startswith(("tool:", "provider:", "content_"))
+            ]
+            runs.append((result.status, result.text, await transcript(session), sorted(names)))
+        if mode == "replay":
+            assert echo.call_count == (0 if tools else 2)
+    assert runs[0][0] is TurnStatus.SUCCESS
+    assert runs[0][1] == "results: pong, pong"
+    if orchestrator == "loop-lifecycle":
+        # its own per-turn call ids differ from run to run: compare the rest
+        for run in runs:
+            for message in run[2]:
+                message.pop("tool_call_id", None)
+                for call in message.get("tool_calls") or ():
+                    call.pop("id")
+    assert runs[1] == runs[0]
 
 
 class Silent(Streaming):
@@ -569,6 +616,28 @@ def test_a_request_is_normalised_without_random_ids_and_times() -> None:
         "messages": [{"role": "user", "content": "run <uuid> now"}],
         "metadata": {"kept": 1},
     }
+
+
+def test_tool_call_ids_are_numbered_by_first_appearance() -> None:
+    request = {
+        "messages": [
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "lc-9f-s1", "name": "p"}]},
+            {"role": "tool", "tool_call_id": "lc-9f-s1", "content": "x"},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_call", "id": "zz", "name": "p", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_call_id": "zz", "output": 1}],
+            },
+        ]
+    }
+    messages = normalise_request(request)["messages"]
+    assert messages[0]["tool_calls"][0]["id"] == "call-0"
+    assert messages[1]["tool_call_id"] == "call-0"
+    assert messages[2]["content"][0]["id"] == "call-1"
+    assert messages[3]["content"][0]["tool_call_id"] == "call-1"
 
 
 def test_first_difference_names_the_first_differing_path() -> None:

@@ -26,10 +26,12 @@ the child opens. A cassette path opened twice in one event loop is one shared ob
 (one writer), so a parent and its children write their lanes into one file. Calls of one
 lane must not overlap (a session makes one provider call at a time).
 
-**Tools** (``tools: true``): a tool call's result is recorded under its lane and its tool
-call id (the id comes from the recorded response, so it is the same on replay), with the
-number of earlier calls that had that id in the lane (a scripted model may reuse ``call_1``
-every turn). On replay the tool is not run: its recorded result (or error) is returned.
+**Tools** (``tools: true``): a tool call's result is recorded under its lane, the number of
+provider calls the lane made before it (``call: "<provider calls>:<index in its batch>"``)
+and an occurrence count — never under its call id alone, which an orchestrator may make
+per run (loop-lifecycle does) and a scripted model may reuse every turn; the id is kept in
+the line for the reader. On replay the tool is not run: its recorded result (or error) is
+returned; a different tool or input at that place is a mismatch.
 A tool placed on a non-local executor is left unwrapped (a warning says so).
 """
 
@@ -117,10 +119,40 @@ def normalise_request(request: ChatRequest | Mapping[str, Any]) -> dict[str, Any
     converter, through JSON (tuples are lists), without the keys of
     ``timestamp``-like fields and per-run ids (``trace_id``, ``parallel_group_id``…),
     canonical UUIDs in strings replaced by ``<uuid>``, None fields left out (but kept in
-    tool arguments and schemas)."""
+    tool arguments and schemas), and tool call ids numbered by first appearance
+    (``call-0``, ``call-1``…: an orchestrator may make its own per-turn ids, as
+    loop-lifecycle does; which result answers which call is kept)."""
     data = request if isinstance(request, Mapping) else unstructure(request)
     normalised: dict[str, Any] = _normalise(_json_round_trip(data), keep_none=False)
+    _number_call_ids(normalised.get("messages"))
     return normalised
+
+
+def _number_call_ids(messages: Any) -> None:
+    """Replace every tool call id of ``messages`` (in place) by its first-appearance number."""
+    numbers: dict[str, str] = {}
+
+    def number(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        return numbers.setdefault(value, f"call-{len(numbers)}")
+
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict):
+            continue
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, dict) and "id" in call:
+                call["id"] = number(call["id"])
+        if "tool_call_id" in message:
+            message["tool_call_id"] = number(message["tool_call_id"])
+        content = message.get("content")
+        for block in content if isinstance(content, list) else ():
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_call" and "id" in block:
+                block["id"] = number(block["id"])
+            elif block.get("type") == "tool_result" and "tool_call_id" in block:
+                block["tool_call_id"] = number(block["tool_call_id"])
 
 
 def _normalise(value: Any, *, keep_none: bool) -> Any:
@@ -499,10 +531,19 @@ class Cassette:
         )
 
     def _begin_tool(self, lane: str, name: str, tool_input: Any) -> tuple[dict[str, Any], Any]:
-        """The entry of a tool call, and its recorded line (None: run and record it)."""
+        """The entry of a tool call, and its recorded line (None: run and record it).
+
+        A call is keyed by its lane, the number of provider calls the lane made before it
+        (which response asked for it), its index in its batch, and how many calls had
+        that key before (several batches between two provider calls: loop-lifecycle's
+        waves, which run one after another). None of it depends on scheduling, nor on
+        call ids an orchestrator may make per run.
+        """
         self._check_failed()
         call = current_tool_call()
-        key = call.tool_call_id if call is not None and call.tool_call_id else name
+        after = self._next.get(lane, 0)
+        index = call.index if call is not None else -1
+        key = f"{after}:{index}" if call is not None else f"{after}:{name}"
         occurrence = self._next_tool.get((lane, key), 0)
         self._next_tool[(lane, key)] = occurrence + 1
         entry = {
@@ -511,12 +552,13 @@ class Cassette:
             "call": key,
             "occurrence": occurrence,
             "tool": name,
+            "tool_call_id": call.tool_call_id if call is not None else None,
             "input": _json_round_trip(tool_input),
         }
         recorded = self._tool_results.get((lane, key, occurrence))
         if self.mode == "record" or (self.mode == "new_episodes" and recorded is None):
             return entry, None
-        where = f"lane {lane!r}, tool call {key!r} (#{occurrence})"
+        where = f"lane {lane!r}, tool call {key} (#{occurrence}, {name})"
         if recorded is None:
             msg = f"{where}: no recorded call"
             raise self._fail(CassetteMismatchError(msg, lane=lane, ordinal=key))
