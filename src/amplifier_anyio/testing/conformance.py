@@ -38,7 +38,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from ..errors import ConformanceError
+from ..errors import ConformanceError, LLMError
 from ..events import EXECUTION_END, ORCHESTRATOR_COMPLETE
 from ..kernel._foreign import chat_response_of, hook_result_of, tool_result_of
 from ..kernel._services import ServiceGroup
@@ -208,8 +208,9 @@ async def check_provider(provider: Any, request: ChatRequest | None = None) -> N
 
     Rules: ``provider.name``, ``provider.info`` (``get_info()`` a ProviderInfo; its
     ``context_window`` / ``max_output_tokens`` defaults whole numbers), ``provider.models``
-    (``list_models()`` a list of ModelInfo), ``provider.complete`` (a ChatResponse, or a
-    value the runtime converts, within 10 s), ``provider.request_untouched``,
+    (``list_models()`` a list of ModelInfo; an LLMError — the server refused — is let
+    be), ``provider.complete`` (a ChatResponse, or a value the runtime converts, within
+    10 s), ``provider.request_untouched``,
     ``provider.tool_calls`` (``parse_tool_calls`` gives ToolCalls with unique non-empty
     ids), ``provider.cancellation`` (``complete`` lets a cancellation through) and, when it
     has ``stream()``, ``provider.stream`` (event dicts with a ``type``, the last and only
@@ -227,7 +228,10 @@ async def check_provider(provider: Any, request: ChatRequest | None = None) -> N
             "provider.info",
             f"defaults[{key!r}] must be a positive whole number, got {value!r}",
         )
-    models = await _bounded("provider.models", "list_models()", provider.list_models)
+    try:
+        models = await _bounded("provider.models", "list_models()", provider.list_models)
+    except LLMError:
+        models = []  # the server refused (a compatible server without /models): not the module
     _require(
         isinstance(models, list) and all(isinstance(m, ModelInfo) for m in models),
         "provider.models",

@@ -1,5 +1,6 @@
-"""Record a tool-calling turn against a real third-party server (fakellm, PyPI), then
-replay it with no server at all: the same answer, the same transcript, the same deltas.
+"""The test kit against a real third-party server (fakellm, PyPI): a tool-calling turn
+recorded, then replayed with no server at all (the same answer, transcript and deltas);
+and both HTTP providers pass ``check_provider``.
 
 The server is started as in ``test_fakellm.py`` (a subprocess on a free port of
 127.0.0.1, stopped by its pid). Each recording sends a prompt of its own (fakellm counts a
@@ -26,8 +27,11 @@ import pytest
 
 from amplifier_anyio import AmplifierSession, TurnStatus
 from amplifier_anyio.events import CONTENT_BLOCK_DELTA, TOOL_PRE
-from amplifier_anyio.models import ToolResult
+from amplifier_anyio.models import ChatRequest, Message, ToolResult
+from amplifier_anyio.providers.anthropic import AnthropicProvider
+from amplifier_anyio.providers.openai import OpenAIChatProvider
 from amplifier_anyio.testing import EventRecorder
+from amplifier_anyio.testing.conformance import check_provider
 
 pytestmark = pytest.mark.anyio
 
@@ -228,3 +232,15 @@ async def test_replay_after_the_server_stopped(tmp_path: Path) -> None:
         "lane 'root', call 0: the request differs from the recording at messages[0].content"
         in str(drifted["error"])
     )
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_the_http_providers_pass_check_provider(fakellm_url: str, kind: str) -> None:
+    config = provider_entry(kind, fakellm_url)["config"]
+    provider_class = OpenAIChatProvider if kind == "openai" else AnthropicProvider
+    provider = provider_class(config)
+    request = ChatRequest(messages=[Message(role="user", content=f"hello {uuid.uuid4().hex}")])
+    try:
+        await check_provider(provider, request)
+    finally:
+        await provider.http.aclose()
