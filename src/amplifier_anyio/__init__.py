@@ -1,9 +1,11 @@
 """amplifier_anyio: an Amplifier-style agent runtime on AnyIO structured concurrency.
 
-It runs unchanged inside trio and asyncio applications::
+It runs unchanged inside trio and asyncio applications:
 
-    async with AmplifierSession(plan) as session:
-        result = await session.run("What is in this directory?")
+```python
+async with AmplifierSession(plan) as session:
+    result = await session.run("What is in this directory?")
+```
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
         SessionError,
         ValidationError,
     )
+    from .interfaces import Claims
     from .kernel import (
         AmplifierSession,
         CancellationState,
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
         SessionState,
         SessionStatus,
         ToolCallContext,
+        TurnHandle,
         TurnResult,
         TurnStatus,
         current_tool_call,
@@ -72,9 +76,11 @@ _LAZY: dict[str, str] = {
     "ModuleNotFoundError": "errors",
     "SessionError": "errors",
     "ValidationError": "errors",
+    "Claims": "interfaces",
     "AmplifierSession": "kernel",
     "CancellationState": "kernel",
     "CancellationToken": "kernel",
+    "TurnHandle": "kernel",
     "HookRegistry": "kernel",
     "ModuleCoordinator": "kernel",
     "ModuleLoader": "kernel",
@@ -126,10 +132,13 @@ __all__ = (
     "ModuleLoader",
     "HookRegistry",
     "CancellationToken",
+    "TurnHandle",
     "CancellationState",
     "ToolCallContext",
     "current_tool_call",
     "current_trace_id",
+    # tools
+    "Claims",
     # models
     "Message",
     "TextBlock",

@@ -439,7 +439,8 @@ async def test_a_stream_cancelled_mid_way_replays_to_the_same_cancel(tmp_path: P
             recorder,
         ):
 
-            def cancel_on_second(event: str, data: dict[str, Any]) -> None:
+            async def cancel_on_second(event: str, data: dict[str, Any]) -> None:
+                await anyio.lowlevel.checkpoint()
                 if len(recorder.get_events(CONTENT_BLOCK_DELTA)) == 2:
                     session.cancel(immediate=True)
 

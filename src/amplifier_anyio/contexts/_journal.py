@@ -1,5 +1,5 @@
 """The tool-call journal of context-persistent: its records, their fold, and the recovery of
-a history from messages plus journal (pure functions; the file work is in :mod:`._jsonl`).
+a history from messages plus journal (pure functions; the file work is in `_jsonl`).
 
 The journal is a JSON-lines file beside the messages. Every record names its call by
 ``call_id`` and ``at``: the position in the history right after the assistant message that

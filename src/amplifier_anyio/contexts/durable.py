@@ -6,12 +6,14 @@ decide them without running anything: the next ``session.resume()`` on the trans
 in any process — runs the allowed calls, answers the denied ones and continues the turn.
 They open the transcript as its one writer: call them while no session has it open.
 
-A CLI wires them as::
+A CLI wires them as:
 
-    amplifier-anyio sessions approve SESSION_ID CALL_ID allow|deny
-        -> await approve_session(SESSION_ID, {CALL_ID: "allow"})
-    chat, after a turn that ended awaiting_approval
-        -> result.pending_approvals (or await pending_approvals(path) for a stored one)
+```text
+amplifier-anyio sessions approve SESSION_ID CALL_ID allow|deny
+    -> await approve_session(SESSION_ID, {CALL_ID: "allow"})
+chat, after a turn that ended awaiting_approval
+    -> result.pending_approvals (or await pending_approvals(path) for a stored one)
+```
 """
 
 from __future__ import annotations
@@ -40,10 +42,11 @@ async def approve(
     """Record ``approvals`` (call id → ``"allow"`` | ``"deny"``) in the transcript at
     ``path``, fsynced; nothing runs. Returns the calls still waiting for a decision.
 
-    A decision may be changed until the session resumes. Raises :class:`SessionError`
-    naming a call id that is not held, or a decision that is neither allow nor deny
-    (then nothing is recorded), and :class:`~amplifier_anyio.errors.ContextFileError`
-    when the transcript cannot be read or written.
+    A decision may be changed until the session resumes. Raises
+    [`SessionError`][amplifier_anyio.SessionError] naming a call id that is not held, or a decision
+    that is neither allow nor deny (then nothing is recorded), and
+    [`ContextFileError`][amplifier_anyio.errors.ContextFileError] when the transcript cannot be read
+    or written.
     """
     manager = PersistentContextManager(path)
     await manager.load()
@@ -57,6 +60,6 @@ async def approve(
 async def approve_session(
     session_id: str, approvals: Mapping[str, str], *, cwd: Path | None = None
 ) -> list[PendingApproval]:
-    """:func:`approve` on the transcript Amplifier keeps for ``session_id`` (see
-    :func:`~amplifier_anyio.contexts.persistent.default_path`; ``cwd`` picks the project)."""
+    """[`approve`][amplifier_anyio.contexts.approve] on the transcript Amplifier keeps for
+    ``session_id`` (see `default_path`; ``cwd`` picks the project)."""
     return await approve(default_path(session_id, cwd), approvals)

@@ -1,26 +1,29 @@
-"""Where a tool call runs: the :class:`ToolExecutor` seam of the tool batch.
+"""Where a tool call runs: the [`ToolExecutor`][amplifier_anyio.runtime.ToolExecutor] seam of the
+tool batch.
 
 The tool batch decides *what* happens to a call (hooks, timeout, its slot, the cancelled
 result); an executor decides only *where* the tool's code runs. A plan chooses one for the
-session and may override it per tool entry::
+session and may override it per tool entry:
 
-    session:
-      orchestrator: loop-basic
-      context: context-simple
-      executor: {module: process, config: {max_workers: 4}}
-    tools:
-      - {module: tool-compute}                   # runs in a worker process
-      - {module: tool-demo, executor: local}     # a cheap tool stays in the event loop
+```yaml
+session:
+  orchestrator: loop-basic
+  context: context-simple
+  executor: {module: process, config: {max_workers: 4}}
+tools:
+  - {module: tool-compute}                   # runs in a worker process
+  - {module: tool-demo, executor: local}     # a cheap tool stays in the event loop
+```
 
 Built in:
 
 - ``local`` (the default) — the call runs in the batch's task group, exactly as it did
   before executors existed: a tool without an executor takes no extra step at all;
 - ``thread`` — each call in a worker thread (an async tool in a fresh event loop there),
-  under one :class:`anyio.CapacityLimiter` shared by all its calls (``max_workers``, or
+  under one `anyio.CapacityLimiter` shared by all its calls (``max_workers``, or
   anyio's default thread limiter). A cancel waits for the thread, as for a synchronous
   tool: a thread cannot be interrupted;
-- ``process`` — each call in a worker process (:func:`anyio.to_process.run_sync`), which
+- ``process`` — each call in a worker process (`anyio.to_process.run_sync`), which
   rebuilds the tool from its plan entry (module id + config, mounted once per worker
   process) and runs it. A cancel kills that worker process, so nothing of the call runs on.
 
@@ -86,7 +89,7 @@ class ToolExecutionContext:
 class ToolExecutor(Protocol):
     """Runs one tool call somewhere and returns its result.
 
-    ``run`` returns the call's :class:`~amplifier_anyio.models.ToolResult` (or raises: the
+    ``run`` returns the call's [`ToolResult`][amplifier_anyio.ToolResult] (or raises: the
     batch turns an exception into the call's error result). A timeout or cancel arrives as
     the awaiting task's cancellation: the executor releases what it holds for the call and
     lets the cancellation propagate. ``start`` / ``stop`` bracket the executor's life in a
@@ -280,7 +283,7 @@ def builtin_executor(
 ) -> ToolExecutor | None:
     """The built-in executor named ``module`` (None for ``local``: the batch's own path).
 
-    Raises :class:`LookupError` for a name that is not built in (a module, then).
+    Raises `LookupError` for a name that is not built in (a module, then).
     """
     name = module.removeprefix("executor-")
     if name == "local":

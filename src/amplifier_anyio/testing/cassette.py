@@ -6,12 +6,12 @@ A plan with ``session: {cassette: {path, mode, tools}}`` (or ``amplifier-anyio r
 
 - **record**: each provider call is appended to ``path`` as one JSON line: its lane, its
   ordinal in the lane, its kind (``complete`` or ``stream``), the provider's mount name,
-  the normalised request (:func:`normalise_request`) and the full response — for a
+  the normalised request (`normalise_request`) and the full response — for a
   ``stream()`` call the ordered stream events, the final ``response`` event included. A
   call that failed keeps its error, one that was cancelled says so;
 - **replay**: each call is answered from the file by lane and ordinal; the provider is
   never asked. A request that differs from the recorded one raises
-  :class:`~amplifier_anyio.errors.CassetteMismatchError` naming the lane, the ordinal and
+  `CassetteMismatchError` naming the lane, the ordinal and
   the first differing JSON path (``messages[1].content``), as does a call past the end of
   its lane; the turn ends with status ``error``. After a mismatch every later call of the
   cassette fails with the same error (the run is no longer the recorded one);
@@ -201,7 +201,7 @@ def _json_round_trip(value: Any) -> Any:
 
 
 def _value_at(data: Any, path: str) -> Any:
-    """The value at a path :func:`first_difference` returned (None where there is none)."""
+    """The value at a path `first_difference` returned (None where there is none)."""
     for key, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", path):
         try:
             data = data[int(index)] if index else data[key]
@@ -329,7 +329,7 @@ class _Call:
 class Cassette:
     """One cassette file, open for recording or replaying (see the module docstring).
 
-    Built by :func:`open_cassette` / :func:`install_cassette`, which share one object per
+    Built by `open_cassette` / `install_cassette`, which share one object per
     file and event loop. Lines are appended by one writer, under a lock, off the loop.
     """
 
@@ -846,7 +846,7 @@ async def install_cassette(
 ) -> Cassette:
     """Put the cassette of ``spec`` in front of every provider mounted on ``coordinator``
     (and its tools, with ``tools: true``); undone, and the cassette released, at the
-    coordinator's cleanup. ``lane``: default :func:`lane_of` the coordinator.
+    coordinator's cleanup. ``lane``: default `lane_of` the coordinator.
 
     A session calls this itself for ``session.cassette``; call it for providers a test
     mounts by hand after the session opened. The cassette is also offered as the

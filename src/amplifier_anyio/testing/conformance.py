@@ -1,22 +1,22 @@
 """Contract checks a module author runs in their own CI, on asyncio and trio.
 
 Each check is an async function that exercises a module through the seam a session uses
-and raises :class:`~amplifier_anyio.errors.ConformanceError` (an ``AssertionError``) whose
+and raises `ConformanceError` (an ``AssertionError``) whose
 message starts with the broken rule's name (``tool.cancellation: ...``):
 
-- :func:`check_tool` — name, description and schema as providers need them; ``execute``
+- `check_tool` — name, description and schema as providers need them; ``execute``
   answers a sample input with a result whose output serialises; it lets a cancellation
   through (``tool.cancellation``); a bad input is answered, not hung on;
-- :func:`check_provider` — identity and models; ``complete`` answers with a
-  :class:`~amplifier_anyio.models.ChatResponse`, leaves the request untouched, lets a
+- `check_provider` — identity and models; ``complete`` answers with a
+  `ChatResponse`, leaves the request untouched, lets a
   cancellation through; tool calls have unique ids; a ``stream()`` ends with its response
   and its text deltas add up to the response's text;
-- :func:`check_context` — what is added comes back, in order, as copies; ``set_messages``
+- `check_context` — what is added comes back, in order, as copies; ``set_messages``
   and ``clear`` do what they say; the request view keeps system messages and never
   separates a tool call from its result, whatever the budget;
-- :func:`check_hook` — a hook module's ``mount`` registers handlers that answer typical
+- `check_hook` — a hook module's ``mount`` registers handlers that answer typical
   payloads of their events with a valid verdict, in time; its cleanup removes them;
-- :func:`check_orchestrator` — a turn with parallel tool calls (DESIGN §6): the answer is
+- `check_orchestrator` — a turn with parallel tool calls (DESIGN §6): the answer is
   returned, exactly one ``orchestrator:complete`` and one ``execution:end`` and nothing
   after them, every call answered right after its assistant message in call order, the
   order independent of tool timing; an immediate cancel mid-batch keeps a finished call's
@@ -41,6 +41,7 @@ import anyio.lowlevel
 from ..errors import ConformanceError, LLMError
 from ..events import EXECUTION_END, ORCHESTRATOR_COMPLETE
 from ..kernel._foreign import chat_response_of, hook_result_of, tool_result_of
+from ..kernel._hooks import _is_async
 from ..kernel._services import ServiceGroup
 from ..models import (
     HOOK_ACTIONS,
@@ -97,8 +98,8 @@ async def _call(function: Any, *args: Any) -> Any:
 
 
 async def _call_inline(function: Any, *args: Any) -> Any:
-    """A hook handler or a cleanup, called as the runtime calls it: on the loop, its
-    answer awaited when it is awaitable."""
+    """A cleanup (or an ``inline`` hook handler), called as the runtime calls it: on the
+    loop, its answer awaited when it is awaitable."""
     await anyio.lowlevel.checkpoint()
     result = function(*args)
     if inspect.isawaitable(result):
@@ -134,7 +135,7 @@ async def check_tool(tool: Any, sample_input: Mapping[str, Any] | None = None) -
     Rules: ``tool.name`` (a string of letters, digits, ``_`` and ``-``, at most 64, as the
     providers' APIs accept), ``tool.description`` (non-empty text), ``tool.schema``
     (``input_schema`` a JSON object schema), ``tool.result`` (``execute`` returns a
-    :class:`~amplifier_anyio.models.ToolResult`, or a value the runtime converts, within
+    `ToolResult`, or a value the runtime converts, within
     10 s), ``tool.output`` (its output serialises), ``tool.cancellation`` (an async
     ``execute`` lets a cancellation through), ``tool.bad_input`` (an input without the
     schema's required keys is answered — an error result or an exception — not hung on).
@@ -446,12 +447,14 @@ async def check_hook(
     coordinator = MockCoordinator()
     hooks = coordinator.hooks
     before = hooks.list_handlers()
-    registered: list[tuple[str, Any]] = []
+    registered: list[tuple[str, Any, bool]] = []
     register = hooks.register
 
-    def capture(event: str, handler: Any, priority: int = 0, name: str | None = None) -> Any:
-        registered.append((event, handler))
-        return register(event, handler, priority, name)
+    def capture(
+        event: str, handler: Any, priority: int = 0, name: str | None = None, **options: Any
+    ) -> Any:
+        registered.append((event, handler, bool(options.get("inline"))))
+        return register(event, handler, priority, name, **options)
 
     hooks.register = capture  # type: ignore[method-assign]
     failure: Exception | None = None
@@ -464,8 +467,8 @@ async def check_hook(
             hooks.register = register  # type: ignore[method-assign]
             _require(registered, "hook.registers", "mount() registered no handler")
             data = {**_PAYLOAD, **(payload or {})}
-            for event, handler in registered:
-                await _check_handler(event, handler, data)
+            for event, handler, inline in registered:
+                await _check_handler(event, handler, data, inline=inline)
             if callable(cleanup):
                 await _call_inline(cleanup)
                 left = {
@@ -485,12 +488,13 @@ async def check_hook(
         raise failure
 
 
-async def _check_handler(event: str, handler: Any, data: dict[str, Any]) -> None:
+async def _check_handler(event: str, handler: Any, data: dict[str, Any], *, inline: bool) -> None:
     what = f"the handler of {event!r}"
+    payload = {**data, "event": event}
+    # As the registry runs it: a synchronous handler in a worker thread unless ``inline``.
+    call = _call_inline if inline or _is_async(handler) else _call
     try:
-        answer = await _bounded(
-            "hook.timely", what, lambda: _call_inline(handler, event, {**data, "event": event})
-        )
+        answer = await _bounded("hook.timely", what, lambda: call(handler, event, payload))
     except ConformanceError:
         raise
     except Exception as exc:

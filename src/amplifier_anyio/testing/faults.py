@@ -1,16 +1,16 @@
 """Seeded fault plans: provider errors, tool failures and hangs, cancel points (DESIGN §16).
 
-A :class:`FaultPlan` is a seed and a few rates. Applied to a session's coordinator
-(:meth:`FaultPlan.apply`), it wraps the mounted providers and tools and registers one
+A `FaultPlan` is a seed and a few rates. Applied to a session's coordinator
+(`FaultPlan.apply`), it wraps the mounted providers and tools and registers one
 hook; each fault is then a pure function of the seed and *where* it strikes, never of
 timing:
 
 - the n-th provider call of the session (counted from 0) may fail with a 429 carrying a
-  ``Retry-After`` (:class:`~amplifier_anyio.errors.RateLimitError`), a 5xx
-  (:class:`~amplifier_anyio.errors.ProviderUnavailableError`), a timeout
-  (:class:`~amplifier_anyio.errors.LLMTimeoutError`), or — a ``stream()`` call — a stream
-  cut after a few events (:class:`~amplifier_anyio.errors.StreamError`; a ``complete()``
-  call gets a dropped connection, :class:`~amplifier_anyio.errors.NetworkError`). The error
+  ``Retry-After`` (`RateLimitError`), a 5xx
+  (`ProviderUnavailableError`), a timeout
+  (`LLMTimeoutError`), or — a ``stream()`` call — a stream
+  cut after a few events (`StreamError`; a ``complete()``
+  call gets a dropped connection, `NetworkError`). The error
   is the one the provider's HTTP layer raises once its own retries are spent;
 - a tool call, named by the number of provider calls before it and its index in its
   batch, may fail (an exception: the call's error result) or hang until cancelled (give
@@ -22,7 +22,7 @@ timing:
 
 So the same seed gives the same run: the same events (the order of the events of tools
 running at the same time aside: that is the scheduler's) and the same statuses.
-:func:`fault_plans` is a Hypothesis strategy of plans; a failing property shows the plan
+`fault_plans` is a Hypothesis strategy of plans; a failing property shows the plan
 it drew, seed first (``FaultPlan(seed=1234, …)``), and that line rebuilds it.
 """
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import inspect
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -218,7 +218,7 @@ class FaultPlan:
 
     def apply(self, coordinator: Any) -> FaultRun:
         """Wrap ``coordinator``'s mounted providers and tools and register the cancel
-        point; :meth:`FaultRun.remove` undoes it. Apply it once the modules are mounted
+        point; `FaultRun.remove` undoes it. Apply it once the modules are mounted
         (after ``async with AmplifierSession(...)``)."""
         run = FaultRun(self, coordinator)
         run._install()
@@ -264,8 +264,10 @@ class FaultRun:
             self._unregister()
             self._unregister = None
 
-    def _cancel_hook(self, point: CancelPoint) -> Callable[[str, dict[str, Any]], None]:
-        def cancel(event: str, data: dict[str, Any]) -> None:
+    def _cancel_hook(self, point: CancelPoint) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+        async def cancel(event: str, data: dict[str, Any]) -> None:
+            # async: it runs on the loop (a synchronous handler would run in a thread)
+            await anyio.lowlevel.checkpoint()
             self._emissions += 1
             if self._emissions == point.occurrence:
                 level = "immediate" if point.immediate else "graceful"

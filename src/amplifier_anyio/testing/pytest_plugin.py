@@ -1,5 +1,5 @@
 """A pytest plugin, registered by installing amplifier_anyio: the Hypothesis settings the
-strategies of :mod:`amplifier_anyio.testing.strategies` need, and the ``cassette`` fixture.
+strategies of `amplifier_anyio.testing.strategies` need, and the ``cassette`` fixture.
 
 Whole conversations are large, rich examples; Hypothesis's default health checks take them
 for a mistake (``too_slow``, ``data_too_large``, ``large_base_example``), so a module
@@ -15,11 +15,11 @@ profile by itself; that is not the project's choice either, so the plugin loads
 that registers a profile of its own named ``ci`` keeps it.
 
 **Cassettes.** The ``cassette`` fixture gives each test a
-:class:`~amplifier_anyio.kernel.CassetteSpec` — a file of its own under ``tests/cassettes/``
+`CassetteSpec` — a file of its own under ``tests/cassettes/``
 (the ini option ``cassette_dir``), named from the test's node id
 (``tests/unit/test_x.py::test_y[trio]`` → ``tests/cassettes/unit/test_x/test_y[trio].jsonl``)
 — for the plan's ``session.cassette`` (``cassette.to_dict()``) or
-:func:`~amplifier_anyio.testing.cassette.install_cassette`. ``--cassette-mode`` takes VCR's
+`install_cassette`. ``--cassette-mode`` takes VCR's
 modes: ``once`` (replay the file when it exists, else record it: the default on a
 developer's machine), ``none`` (replay only; a missing file or a new call fails: the
 default when the ``CI`` variable is set), ``new_episodes`` (replay what is recorded, record
@@ -61,7 +61,7 @@ PROFILE = "amplifier-anyio"
 """Health checks the strategies trip suppressed, no deadline."""
 
 CI_PROFILE = "amplifier-anyio-ci"
-""":data:`PROFILE`, derandomised."""
+"""`PROFILE`, derandomised."""
 
 
 _BUILTIN_CI: object = None
@@ -115,7 +115,7 @@ def pytest_addoption(parser: Any) -> None:
 
 
 def pytest_configure(config: Any) -> None:
-    """Load :data:`PROFILE` unless a profile was already chosen; declare the marker."""
+    """Load `PROFILE` unless a profile was already chosen; declare the marker."""
     config.addinivalue_line(
         "markers", "cassette(tools=False): options of the test's cassette fixture"
     )
