@@ -154,6 +154,10 @@ class AmplifierSession:
             raise ConfigError(msg)
         self.session_id = session_id or str(uuid.uuid4())
         self.parent_id = parent_id
+        self.lane = "root"
+        """Where this session's calls go in a cassette (``docs/testing.md``): ``root`` for a
+        top-level session; a sub-agent's session is given its agent path (``root/<agent>``)
+        by whoever creates it, before it opens."""
         self.is_resumed = is_resumed
         self.coordinator = ModuleCoordinator(self, approval_system, display_system)
         self.coordinator.hooks.set_default_fields(session_id=self.session_id, parent_id=parent_id)
@@ -263,6 +267,10 @@ class AmplifierSession:
                 for spec in specs:
                     await self._mount_entry(kind, spec)
             await self._mount_executors(plan)
+            if plan.cassette is not None:  # record / replay (DESIGN §16): wraps what is mounted
+                from ..testing.cassette import install_cassette  # noqa: PLC0415 - tests only
+
+                await install_cassette(self.coordinator, plan.cassette)
             await self._session_ready()
         except BaseException:
             await self._undo_mounts()
