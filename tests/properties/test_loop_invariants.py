@@ -874,8 +874,10 @@ async def run_once(
 
     def install(hooks: Any) -> None:
         recorder.attach(hooks)
-        hooks.register(TOOL_PRE, deny, name="deny-some")
-        hooks.register(EXECUTION_START, turn_started, priority=-1, name="turn-start")
+        # The test's own instrumentation never blocks: on the loop (inline), so it adds no
+        # worker-thread hop (on the virtual clock, a thread lets time jump).
+        hooks.register(TOOL_PRE, deny, name="deny-some", inline=True)
+        hooks.register(EXECUTION_START, turn_started, priority=-1, name="turn-start", inline=True)
         if point == "session_start":
             hooks.register(SESSION_START, stalls[point].hook, priority=LATE, name="slow-start")
         if point == "execution_start":

@@ -574,9 +574,10 @@ class AmplifierSession:
     async def _announce(self, handle: TurnHandle) -> None:
         """Deliver ``session:start`` (``session:resume``) to every handler, once.
 
-        Shielded and bounded: a cancel of the first turn, of either kind, must not leave
-        handlers that never saw the start but will see ``session:end``. The turn itself
-        then ends cancelled at its first checkpoint.
+        The hooks belong to the turn they announce: its immediate cancel (or the host's)
+        interrupts the handler that is running, and the handlers after it still get the
+        event (``HookRegistry.announce``), so no observer sees ``session:end`` without a
+        start. The turn itself then ends cancelled.
         """
         if self._started:
             return
@@ -586,14 +587,9 @@ class AmplifierSession:
         metadata = self.config.get("session", {}).get("metadata")
         if metadata:
             payload["metadata"] = metadata
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT) as bound:
-            await self.coordinator.hooks.emit(event, payload)
+        with anyio.CancelScope() as scope, handle.bind_scope(scope):
+            await self.coordinator.hooks.announce(event, payload)
         handle.announced = True
-        if bound.cancelled_caught:
-            problem = f"{event}: its hooks did not finish within {_END_TIMEOUT} s and were stopped"
-            logger.error("%s", problem)
-            handle.problems.append(problem)
-        await anyio.lowlevel.checkpoint_if_cancelled()
 
     async def _run_turn(self, prompt: str) -> TurnResult:
         coordinator = self.coordinator
