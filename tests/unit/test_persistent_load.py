@@ -30,7 +30,7 @@ async def test_a_reload_has_the_history_and_the_estimates_of_before(tmp_path: Pa
             {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
         ]
     )
-    reader = PersistentContextManager(path)
+    reader = PersistentContextManager(path, read_only=True)  # the writer is open
     assert await reader.get_messages() == await writer.get_messages()
     assert reader.token_estimate == writer.token_estimate
     assert reader._costs == writer._costs

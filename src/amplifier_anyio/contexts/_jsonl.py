@@ -34,6 +34,8 @@ __all__ = (
     "read_messages",
     "read_lines",
     "remove_stale_temp_files",
+    "append_fd",
+    "fsync_dir",
 )
 
 
@@ -107,6 +109,11 @@ def _append(path: Path, fd: int, data: bytes, undo_to: int | None) -> None:
             problem += f"; cutting off the torn write failed too ({_reason(undo_exc)})"
             raise AppendError(path, problem, size) from exc
         raise AppendError(path, problem, None) from exc
+
+
+def append_fd(path: Path, fd: int, data: bytes) -> None:
+    """:func:`append_line` on a descriptor the caller opened (``O_APPEND``) and closes."""
+    _append(path, fd, data, None)
 
 
 def _ends_with_newline(fd: int, size: int) -> bool:
@@ -263,6 +270,11 @@ def _write_all(fd: int, data: bytes) -> None:
         if not written:  # not expected of a regular file; never loop on it
             raise OSError(errno.EIO, "write stored nothing")
         view = view[written:]
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a newly created or renamed entry of ``directory`` durable (where allowed)."""
+    _fsync_dir(directory)
 
 
 def _fsync_dir(directory: Path) -> None:
