@@ -175,7 +175,7 @@ class ApprovalSystem(Protocol):
         prompt: str,
         options: list[str],
         timeout: float,
-        default: Literal["allow", "deny"],
+        default: Literal["allow", "deny", "defer"],
     ) -> str: ...
 
 

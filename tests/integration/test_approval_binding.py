@@ -19,13 +19,15 @@ from typing import Any
 import anyio
 import pytest
 
-from amplifier_anyio import ApprovalDeferred, TurnStatus
+from amplifier_anyio import AmplifierSession, ApprovalDeferred, SessionError, TurnStatus
 from amplifier_anyio.contexts import PersistentContextManager, approve, pending_approvals
 from amplifier_anyio.contexts._messages import calls, result_ids
 from amplifier_anyio.contexts.persistent import decisions_path_for, journal_path_for
 from amplifier_anyio.events import TOOL_PRE
+from amplifier_anyio.hooks.approval import CallbackApprovalSystem
 from amplifier_anyio.kernel import current_tool_call
 from amplifier_anyio.models import HookResult
+from amplifier_anyio.providers.scripted import ScriptedProvider
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -254,3 +256,84 @@ async def test_a_decision_is_used_once_across_kills(
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
     assert 0 < ran_in_killed < ROUNDS, "the kills never split deciding from running"
+
+
+# -- hooks-approval can defer --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "held"),
+    [
+        ({"tools": ["append_once"], "default": "defer"}, True),
+        ({"tools": ["append_once"], "non_interactive": "defer"}, True),
+        ({"tools": ["append_once"], "default": "defer", "non_interactive": "deny"}, False),
+        ({"tools": ["append_once"]}, False),
+    ],
+)
+async def test_hooks_approval_defers_when_nobody_can_answer(
+    tmp_path: Path, config: dict[str, Any], held: bool
+) -> None:
+    transcript, side_effects = files(tmp_path)
+    hooks = [{"module": "hooks-approval", "config": config}]
+    session, _ = await app.open_session(transcript, side_effects, hooks=hooks)
+    async with session:  # no approval system: nobody is there to ask
+        result = await session.run("work")
+        if not held:
+            assert result.status is TurnStatus.SUCCESS
+            assert "Denied by hook: No approval system available" in result.text
+            return
+        assert result.status is TurnStatus.AWAITING_APPROVAL
+        assert [(p.call_id, p.tool) for p in result.pending_approvals] == [("c1-2", "append_once")]
+        assert sorted(runs(side_effects)) == ["c1-0", "c1-1"]
+    await approve(transcript, {"c1-2": "allow"})
+    session, _ = await app.open_session(transcript, side_effects, hooks=hooks)
+    async with session:
+        done = await session.resume()  # asked again by the hook: allowed already
+    assert done.status is TurnStatus.SUCCESS
+    assert sorted(runs(side_effects)) == ["c1-0", "c1-1", "c1-2"]
+
+
+async def test_hooks_approval_defers_at_its_timeout_and_on_a_defer_answer(tmp_path: Path) -> None:
+    transcript, side_effects = files(tmp_path)
+
+    async def never(request: Any) -> str:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    config = {"tools": ["append_once"], "default": "defer", "timeout": 0.05}
+    hooks = [{"module": "hooks-approval", "config": config}]
+    system = CallbackApprovalSystem(never)
+    session, _ = await app.open_session(
+        transcript, side_effects, hooks=hooks, approval_system=system
+    )
+    async with session:
+        timed_out = await session.run("work")
+        assert [p.call_id for p in timed_out.pending_approvals] == ["c1-2"]
+    other = tmp_path / "other"
+    other.mkdir()
+    transcript, side_effects = files(other)
+    system = CallbackApprovalSystem(lambda request: "Defer")  # what the console's 4 / d gives
+    session, _ = await app.open_session(
+        transcript, side_effects, hooks=hooks, approval_system=system
+    )
+    async with session:
+        answered = await session.run("work")
+    assert [p.call_id for p in answered.pending_approvals] == ["c1-2"]
+
+
+async def test_a_resume_without_the_held_calls_tool_is_refused_before_deciding(
+    tmp_path: Path,
+) -> None:
+    transcript, side_effects = files(tmp_path)
+    await held_turn(transcript, side_effects)
+    session = AmplifierSession(app.plan(transcript))  # another plan: no guarded tool
+    async with session:
+        await session.coordinator.mount("providers", ScriptedProvider(app.brain), name="s")
+        with pytest.raises(SessionError, match="held call c1-1 needs the tool 'guarded'"):
+            await session.resume(approvals={"c1-1": "allow"})
+    assert '"decided"' not in journal_path_for(transcript).read_text("utf-8")
+    assert [p.call_id for p in await pending_approvals(transcript)] == ["c1-1"]
+    session, _ = await app.open_session(transcript, side_effects)  # its own tools again
+    async with session:
+        result = await session.resume(approvals={"c1-1": "allow"})
+    assert result.text == "answer: ok c1-0 | ok c1-1 | ok c1-2"

@@ -50,7 +50,8 @@ from ._common import (
     say,
     warn,
 )
-from ._plans import PlanOptions, build_plan, read_prompt
+from ._plans import RESUMABLE, PlanOptions, build_plan, persistent_plan, read_prompt
+from ._stored import remember_plan, stored_plan
 from .run import (
     BackendOption,
     BaseUrlOption,
@@ -73,7 +74,6 @@ PROMPT = "you> "
 """What the REPL shows when it waits for a line."""
 
 _RECAP = 10  # messages of a resumed conversation shown before the first prompt
-_RESUMABLE = ("context-simple", "context-persistent")
 
 HELP = """\
 /exit              leave (also Ctrl-D, or Ctrl-C twice at the prompt)
@@ -117,15 +117,18 @@ def chat_command(
         tools=tools,
     )
     with cli_command():
+        resumed = find_session(resume) if resume is not None else None
+        if resumed is not None:  # without --plan: the plan the session ran under
+            options = stored_plan(options, resumed.session_id, resumed.path)
         base = build_plan(options, streaming=True)
         system_text = read_prompt(system) if system is not None else None
-        resumed = find_session(resume) if resume is not None else None
         log = EventLog(events_jsonl) if events_jsonl is not None else None
         if log is not None:
             log.open()
         repl = _Repl(
             base, system=system_text, events=events, log=log, strict=strict, resumed=resumed
         )
+        repl.plan_file = options.plan
         try:
             code = anyio.run(repl.main, backend=backend)
         except typer.Exit:
@@ -142,17 +145,7 @@ def chat_plan(base: MountPlan, path: Path) -> MountPlan:
     """``base`` with its context kept in ``path``: context-simple becomes
     context-persistent (same settings); another context module is kept as it is (the chat
     then cannot be resumed)."""
-    data = base.to_dict()
-    context = data["session"]["context"]
-    if context["module"] not in _RESUMABLE:
-        return base
-    config = {
-        key: value
-        for key, value in context.get("config", {}).items()
-        if key not in ("path", "transcript_path")
-    }
-    context.update(module="context-persistent", config={**config, "path": str(path)})
-    return MountPlan.from_dict(data)
+    return persistent_plan(base, path)
 
 
 class _State(enum.Enum):
@@ -194,9 +187,11 @@ class _Repl:
         self.streamed = False
         self.decisions: dict[str, str] = {}
         """``/approve`` decisions not yet sent (the turn resumes once none is left)."""
+        self.plan_file: Path | None = None
+        """The plan file the session runs under (remembered beside its transcript)."""
         self._scope: anyio.CancelScope | None = None
         self._read_scope: anyio.CancelScope | None = None
-        if base.context.module not in _RESUMABLE:
+        if base.context.module not in RESUMABLE:
             warn(f"context {base.context.module!r} is not saved by chat: no --resume for it")
 
     async def main(self) -> int:
@@ -275,6 +270,7 @@ class _Repl:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 await enter_session(stack, session)
+                await remember_plan(session, self.plan_file)
                 self._attach(session)
                 context: Any = session.coordinator.get("context")
                 history = await context.get_messages()

@@ -8,7 +8,12 @@ prints one conversation; ``rm`` deletes one. A session is named by its id or by 
 unambiguous prefix of it, in any project.
 
 ``approve ID CALL allow|deny`` decides a tool call a turn left waiting for approval
-(``docs/durable.md``); ``chat --resume ID`` then continues the turn (``/resume``).
+(``docs/durable.md``); ``run --resume ID`` (or ``chat --resume ID``, then ``/resume``)
+continues the turn, under the plan the session ran under.
+
+Nothing here but ``rm`` writes: ``list`` and ``show`` read the transcript as it is (a
+running session's too), and ``approve`` appends to the transcript's decisions file, which
+the session's writer takes in when the turn resumes.
 
 Each sub-command is one function registered on :data:`app` (``@app.command("name")``)
 and resolves its ``ID`` with :func:`find_session`.
@@ -215,7 +220,8 @@ def approve_command(
         say(f"{len(waiting)} call(s) still waiting: " + ", ".join(p.call_id for p in waiting))
     else:
         say(
-            f"continue the turn with: amplifier-anyio chat --resume {info.session_id}, then /resume"
+            f"continue the turn with: amplifier-anyio run --resume {info.session_id} "
+            f"(or chat --resume {info.session_id}, then /resume)"
         )
 
 

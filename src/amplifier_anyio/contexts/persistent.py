@@ -445,6 +445,16 @@ class PersistentContextManager(SimpleContextManager):
         if records:
             await self._journal_append(*records)
 
+    def held_calls(self) -> list[tuple[str, str]]:
+        """``(call id, tool)`` of the last batch's held calls that a resume would run or
+        still waits on (not those denied): each needs its tool mounted to resume."""
+        work = _journal.resume_work(self._messages, self._states)
+        if work.assistant is None:
+            return []
+        tools = dict(calls(work.assistant))
+        wanted = [*work.run, *(p.call_id for p in work.waiting)]
+        return [(call_id, tools.get(call_id, "")) for call_id in wanted]
+
     def pending_approvals(self) -> list[PendingApproval]:
         """The calls of the last tool batch that wait for a decision (after a load)."""
         return _journal.pending_of(self._messages, self._states, undecided=True)

@@ -593,6 +593,7 @@ class AmplifierSession:
             msg = f"the orchestrator {name!r} cannot resume a turn"
             raise SessionError(msg)
         context = coordinator.get("context")
+        _check_held_tools(context, coordinator.get("tools"), approvals)  # before any decision
         if approvals:
             decide = getattr(context, "journal_decide", None)
             if decide is None:
@@ -700,3 +701,19 @@ def _reason_code(exc: BaseException) -> str:
     if isinstance(exc, ConfigError):
         return "config_error"
     return "mount_error"
+
+
+def _check_held_tools(context: Any, tools: Any, approvals: Mapping[str, str]) -> None:
+    """Refuse a resume under a plan without the tool of a held call (it would be answered
+    "not found" and its approval used up), before any decision is recorded."""
+    held_calls = getattr(context, "held_calls", None)
+    if held_calls is None:
+        return
+    mounted = tools or {}
+    for call_id, tool in held_calls():
+        if tool not in mounted and approvals.get(call_id) != "deny":
+            msg = (
+                f"cannot resume: the held call {call_id} needs the tool {tool!r}, which this "
+                "session does not mount (resume it under the plan it ran under)"
+            )
+            raise SessionError(msg)
