@@ -164,3 +164,25 @@ def test_chat_resume_of_an_unknown_session_is_one_line(project: Path) -> None:
 
     assert result.exit_code == 2
     assert result.stderr.strip().startswith("error: no session 'nowhere'")
+
+
+def test_a_chat_in_which_nothing_was_said_leaves_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AMPLIFIER_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["chat"], input="/exit\n")
+    assert result.exit_code == 0, result.output
+    sessions = default_path("x", tmp_path).parent.parent
+    assert list(sessions.iterdir()) == []  # no transcript, no lock, no metadata
+
+
+def test_show_and_list_write_nothing(project: Path) -> None:
+    transcript = default_path(IDS["newer"], project)
+    torn = transcript.read_bytes() + b'{"role": "assistant", "conte'  # a crash's torn line
+    transcript.write_bytes(torn)
+    before = sorted(p.name for p in transcript.parent.iterdir())
+    for command in (["sessions", "show", IDS["newer"]], ["sessions", "list", "--all"]):
+        assert invoke(*command).exit_code == 0
+    assert transcript.read_bytes() == torn  # not repaired: a read never writes
+    assert sorted(p.name for p in transcript.parent.iterdir()) == before

@@ -30,7 +30,7 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from ..contexts.persistent import default_path
+from ..contexts.persistent import default_path, lock_path_for
 from ..events import CONTENT_BLOCK_DELTA, CONTENT_BLOCK_START
 from ..kernel._mount_plan import MountPlan
 from ..kernel._session import AmplifierSession
@@ -51,7 +51,7 @@ from ._common import (
     warn,
 )
 from ._plans import RESUMABLE, PlanOptions, build_plan, persistent_plan, read_prompt
-from ._stored import remember_plan, stored_plan
+from ._stored import metadata_path_for, remember_plan, stored_plan
 from .run import (
     BackendOption,
     BaseUrlOption,
@@ -480,6 +480,9 @@ def _goodbye(session_id: str, path: Path, count: int) -> None:
     with contextlib.suppress(OSError):  # nothing was said: leave no empty session behind
         if path.exists() and path.stat().st_size == 0:
             path.unlink()
+        if not path.exists():  # the files beside it (its writer has closed by now)
+            for beside in (lock_path_for(path), metadata_path_for(path)):
+                beside.unlink(missing_ok=True)
         path.parent.rmdir()
 
 
