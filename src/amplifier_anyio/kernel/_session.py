@@ -352,6 +352,8 @@ class AmplifierSession:
                 await self.coordinator.start_service(
                     partial(_serve_executor, executor), name=f"executor:{spec.module}"
                 )
+            elif executor is not None:  # a built-in's workers end with the session
+                self.coordinator.register_cleanup(executor.stop)
             built[id(spec)] = executor
             return executor
 
