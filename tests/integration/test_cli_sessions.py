@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from amplifier_anyio.cli import app
+from amplifier_anyio.contexts import _store
 from amplifier_anyio.contexts.persistent import amplifier_home, default_path
 
 IDS = {
@@ -186,3 +187,17 @@ def test_show_and_list_write_nothing(project: Path) -> None:
         assert invoke(*command).exit_code == 0
     assert transcript.read_bytes() == torn  # not repaired: a read never writes
     assert sorted(p.name for p in transcript.parent.iterdir()) == before
+
+
+def test_rm_refuses_a_session_a_process_has_open(project: Path) -> None:
+    transcript = default_path(IDS["newer"], project)
+    holder = _store.acquire_writer(transcript)  # as a running session holds it
+    try:
+        refused = invoke("sessions", "rm", IDS["newer"])
+    finally:
+        _store.release_writer(holder)
+    assert refused.exit_code == 2
+    assert f"pid {os.getpid()}" in refused.stderr
+    assert transcript.exists()
+    assert invoke("sessions", "rm", IDS["newer"]).exit_code == 0
+    assert not transcript.parent.exists()

@@ -13,7 +13,8 @@ continues the turn, under the plan the session ran under.
 
 Nothing here but ``rm`` writes: ``list`` and ``show`` read the transcript as it is (a
 running session's too), and ``approve`` appends to the transcript's decisions file, which
-the session's writer takes in when the turn resumes.
+the session's writer takes in when the turn resumes. ``rm`` takes the session's writer
+lock first, so it refuses a session a process has open.
 
 Each sub-command is one function registered on :data:`app` (``@app.command("name")``)
 and resolves its ``ID`` with :func:`find_session`.
@@ -31,7 +32,7 @@ import anyio
 import attrs
 import typer
 
-from ..contexts import _jsonl
+from ..contexts import _jsonl, _store
 from ..contexts.durable import approve, pending_approvals
 from ..contexts.persistent import CONTEXT_MESSAGES_FILENAME, amplifier_home, default_path
 from ..errors import ContextFileError, SessionError
@@ -236,12 +237,18 @@ def _pending(info: SessionInfo) -> list[PendingApproval]:
 def rm_command(
     session_id: Annotated[str, typer.Argument(metavar="ID", help="A session id (or prefix).")],
 ) -> None:
-    """Delete a saved session (its whole directory)."""
+    """Delete a saved session (its whole directory); not one a process has open."""
     info = find_session(session_id)
+    try:
+        held = _store.acquire_writer(info.path)  # as its writer: no session has it open
+    except (SessionError, ContextFileError) as exc:
+        raise fail(f"cannot remove session {info.session_id}: {exc}") from None
     try:
         shutil.rmtree(info.directory)
     except OSError as exc:
         raise fail(f"cannot remove {info.directory}: {exc.strerror or exc}") from None
+    finally:
+        _store.release_writer(held)
     say(f"removed session {info.session_id}")
 
 

@@ -338,7 +338,11 @@ class PersistentContextManager(SimpleContextManager):
                 _journal.apply_record(self._states, record)
             return
         if taken:
-            await self._journal_append(*taken)
+            try:
+                await self._journal_append(*taken)
+            except ContextFileError as exc:  # they stay in the file for the next try
+                logger.warning("%s: cannot take the decisions from outside: %s", self.path, exc)
+                return
         try:
             await anyio.to_thread.run_sync(_store.drop_decisions, self.decisions_path, size)
         except OSError as exc:  # taken ones are known by id: reading them again is harmless
