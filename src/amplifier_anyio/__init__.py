@@ -1,9 +1,11 @@
 """amplifier_anyio: an Amplifier-style agent runtime on AnyIO structured concurrency.
 
-It runs unchanged inside trio and asyncio applications::
+It runs unchanged inside trio and asyncio applications:
 
-    async with AmplifierSession(plan) as session:
-        result = await session.run("What is in this directory?")
+```python
+async with AmplifierSession(plan) as session:
+    result = await session.run("What is in this directory?")
+```
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
         SessionError,
         ValidationError,
     )
+    from .interfaces import Claims
     from .kernel import (
         AmplifierSession,
         CancellationState,
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
         SessionState,
         SessionStatus,
         ToolCallContext,
+        TurnHandle,
         TurnResult,
         TurnStatus,
         current_tool_call,
@@ -70,9 +74,11 @@ _LAZY: dict[str, str] = {
     "ModuleNotFoundError": "errors",
     "SessionError": "errors",
     "ValidationError": "errors",
+    "Claims": "interfaces",
     "AmplifierSession": "kernel",
     "CancellationState": "kernel",
     "CancellationToken": "kernel",
+    "TurnHandle": "kernel",
     "HookRegistry": "kernel",
     "ModuleCoordinator": "kernel",
     "ModuleLoader": "kernel",
@@ -124,10 +130,13 @@ __all__ = (
     "ModuleLoader",
     "HookRegistry",
     "CancellationToken",
+    "TurnHandle",
     "CancellationState",
     "ToolCallContext",
     "current_tool_call",
     "current_trace_id",
+    # tools
+    "Claims",
     # models
     "Message",
     "TextBlock",

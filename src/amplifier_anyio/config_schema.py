@@ -1,21 +1,23 @@
 """Declarative config schemas: the keys a module accepts and the types their values take.
 
-A module declares its schema beside its ``mount`` as a module-level ``CONFIG_SCHEMA``::
+A module declares its schema beside its ``mount`` as a module-level ``CONFIG_SCHEMA``:
 
-    CONFIG_SCHEMA = ConfigSchema(
-        "tool-bash",
-        {
-            "timeout": Setting((int, float), "seconds a command may run"),
-            "working_dir": Setting((str,), "where commands run"),
-        },
-    )
+```python
+CONFIG_SCHEMA = ConfigSchema(
+    "tool-bash",
+    {
+        "timeout": Setting((int, float), "seconds a command may run"),
+        "working_dir": Setting((str,), "where commands run"),
+    },
+)
+```
 
 or derives it from the attrs class that parses its config
 (``ConfigSchema.from_attrs("loop-basic", LoopBasicConfig)``). The schema is what
 ``amplifier-anyio validate --strict`` and ``AmplifierSession(plan, strict=True)`` check
 before anything is mounted: unknown keys (errors in strict mode, warnings otherwise) and
 values of the wrong type. Ranges and meaning stay the module's own parse (a
-:class:`~amplifier_anyio.errors.ConfigError` from ``mount``), which validation runs too.
+[`ConfigError`][amplifier_anyio.ConfigError] from ``mount``), which validation runs too.
 """
 
 from __future__ import annotations

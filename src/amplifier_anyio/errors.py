@@ -1,40 +1,42 @@
 """
 Every exception amplifier_anyio raises, under one root.
 
-Hierarchy::
+Hierarchy:
 
-    AmplifierError
-    ├── ConfigError (+ ValueError) ........ a bad mount plan, module config or CLI input
-    ├── ValidationError (+ ValueError) .... a payload that does not fit a model
-    ├── ContextFileError (+ ValueError) ... a persisted context file: a bad line, failed I/O
-    ├── ContextWriteError ................. a turn could not write its context in time
-    ├── ModuleNotFoundError ............... no resolver, entry point or package has the id
-    ├── ModuleLoadError ................... found, but import or validation failed
-    ├── ForeignModuleError (+ TypeError) .. an upstream module's answer that cannot be converted
-    ├── MountError (+ ValueError) ......... misuse of the coordinator's mount points
-    ├── InjectionTooLargeError (+ ValueError)  a hook injection over the size limit
-    ├── ApprovalTimeoutError .............. an approval system gave no answer in time
-    ├── ApprovalDeferred .................. a tool call put on hold until someone approves it
-    ├── SessionError (+ RuntimeError) ..... a session used in the wrong state
-    ├── MCPServerError .................... an MCP server (tool-mcp) could not be started
-    ├── OrchestrationError ................ a lifecycle orchestration failed (stage, context, cause)
-    └── LLMError .......................... a provider call failed
-        ├── RateLimitError
-        │   └── QuotaExceededError
-        ├── AuthenticationError
-        │   └── AccessDeniedError
-        ├── ContextLengthError
-        ├── ContentFilterError
-        ├── InvalidRequestError
-        ├── NotFoundError
-        ├── ProviderUnavailableError
-        │   └── NetworkError
-        ├── LLMTimeoutError (+ TimeoutError)
-        ├── StreamError
-        ├── MalformedResponseError ........ a 200 answer that is not the API's shape
-        └── InvalidToolCallError
+```text
+AmplifierError
+├── ConfigError (+ ValueError) ........ a bad mount plan, module config or CLI input
+├── ValidationError (+ ValueError) .... a payload that does not fit a model
+├── ContextFileError (+ ValueError) ... a persisted context file: a bad line, failed I/O
+├── ContextWriteError ................. a turn could not write its context in time
+├── ModuleNotFoundError ............... no resolver, entry point or package has the id
+├── ModuleLoadError ................... found, but import or validation failed
+├── ForeignModuleError (+ TypeError) .. an upstream module's answer that cannot be converted
+├── MountError (+ ValueError) ......... misuse of the coordinator's mount points
+├── InjectionTooLargeError (+ ValueError)  a hook injection over the size limit
+├── ApprovalTimeoutError .............. an approval system gave no answer in time
+├── ApprovalDeferred .................. a tool call put on hold until someone approves it
+├── SessionError (+ RuntimeError) ..... a session used in the wrong state
+├── MCPServerError .................... an MCP server (tool-mcp) could not be started
+├── OrchestrationError ................ a lifecycle orchestration failed (stage, context, cause)
+└── LLMError .......................... a provider call failed
+    ├── RateLimitError
+    │   └── QuotaExceededError
+    ├── AuthenticationError
+    │   └── AccessDeniedError
+    ├── ContextLengthError
+    ├── ContentFilterError
+    ├── InvalidRequestError
+    ├── NotFoundError
+    ├── ProviderUnavailableError
+    │   └── NetworkError
+    ├── LLMTimeoutError (+ TimeoutError)
+    ├── StreamError
+    ├── MalformedResponseError ........ a 200 answer that is not the API's shape
+    └── InvalidToolCallError
+```
 
-Deadlines that are not a provider's raise the builtin :class:`TimeoutError`. Cancellation
+Deadlines that are not a provider's raise the builtin `TimeoutError`. Cancellation
 is never wrapped: the backend's cancellation exception always propagates unchanged.
 
 ExceptionGroup policy: a task group's group never reaches a user. Inside a tool batch,
@@ -42,17 +44,15 @@ whatever fails on one call's path (the tool, its hooks, the approval system, ser
 its output, hook data of the wrong shape) becomes that call's error result and never
 cancels a sibling, so the error a caller sees never depends on how many tools ran in
 parallel. What can still leave a task group — ``KeyboardInterrupt``, ``SystemExit``, the
-backend's cancellation — is raised bare, through :func:`unwrap_group`.
+backend's cancellation — is raised bare, through
+[`unwrap_group`][amplifier_anyio.errors.unwrap_group].
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .lifecycle import ExecutionContext, LifecycleStage
+from typing import Any
 
 __all__ = (
     "AmplifierError",
@@ -105,7 +105,7 @@ class ConfigError(AmplifierError, ValueError):
 class ValidationError(AmplifierError, ValueError):
     """A payload could not be structured into a model.
 
-    Each entry of :attr:`errors` is one line ``<path>: <problem>``.
+    Each entry of `errors` is one line ``<path>: <problem>``.
     """
 
     def __init__(self, errors: list[str]) -> None:
@@ -206,9 +206,11 @@ class MCPServerError(AmplifierError):
 
 
 class OrchestrationError(AmplifierError):
-    """A lifecycle orchestration failed (:mod:`amplifier_anyio.lifecycle`).
+    """A lifecycle orchestration failed ([`amplifier_anyio.lifecycle`][amplifier_anyio.lifecycle]).
 
-    ``stage`` is where it failed, ``context`` the execution context at that moment,
+    ``stage`` is where it failed (a ``LifecycleStage``), ``context`` the
+    ``ExecutionContext`` at that moment (typed loosely: this module imports nothing of
+    the package),
     ``cause`` the original exception (also the ``__cause__`` when raised), ``recoverable``
     whether a retry or a fallback may succeed, ``metadata`` more detail (the step, the
     attempts, the fallback's own error). ``str()`` names the stage and the trace id.
@@ -216,10 +218,10 @@ class OrchestrationError(AmplifierError):
 
     def __init__(
         self,
-        stage: LifecycleStage,
+        stage: str,
         message: str,
         *,
-        context: ExecutionContext,
+        context: Any,
         cause: BaseException | None = None,
         recoverable: bool = False,
         metadata: dict[str, Any] | None = None,

@@ -3,14 +3,16 @@ Canonical event names.
 
 Every name of upstream Amplifier's ``ALL_EVENTS`` (same strings, same order), followed by
 the events amplifier_anyio adds: ``session:config`` (upstream emits it but does not list it),
-the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``, and loop-lifecycle's
-stage events ``lifecycle:<stage>`` (:data:`LIFECYCLE_EVENTS`). Names follow
+the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``, the tool batch's
+``tool:waiting`` (a call waits for an earlier call whose claims conflict with its own; see
+``docs/concurrency.md``), and loop-lifecycle's
+stage events ``lifecycle:<stage>`` (`LIFECYCLE_EVENTS`). Names follow
 ``namespace:action[:detail]`` in lower case; each constant is the upper snake case of its
 string.
 
-Not every name is emitted by something here. :data:`EMITTED_EVENTS` are the ones a
+Not every name is emitted by something here. `EMITTED_EVENTS` are the ones a
 built-in module emits (``tool:selecting`` / ``tool:selected``: the loop-events
-orchestrator's scheduler stage); :data:`RESERVED_EVENTS` are kept so that an upstream
+orchestrator's scheduler stage); `RESERVED_EVENTS` are kept so that an upstream
 module's hook on them registers (and so the names stay taken), but nothing built in emits
 them yet. A test keeps both sets honest against the source.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = (
+    "GATE_EVENTS",
     "SESSION_START",
     "SESSION_END",
     "SESSION_FORK",
@@ -66,6 +69,7 @@ __all__ = (
     "SESSION_CONFIG",
     "TOOL_SELECTING",
     "TOOL_SELECTED",
+    "TOOL_WAITING",
     "LIFECYCLE_INITIALIZE",
     "LIFECYCLE_PLAN",
     "LIFECYCLE_ROUTE",
@@ -126,6 +130,7 @@ MODULE_LOAD_FAILED: Final = "module:load_failed"
 SESSION_CONFIG: Final = "session:config"
 TOOL_SELECTING: Final = "tool:selecting"
 TOOL_SELECTED: Final = "tool:selected"
+TOOL_WAITING: Final = "tool:waiting"
 LIFECYCLE_INITIALIZE: Final = "lifecycle:initialize"
 LIFECYCLE_PLAN: Final = "lifecycle:plan"
 LIFECYCLE_ROUTE: Final = "lifecycle:route"
@@ -194,9 +199,15 @@ ALL_EVENTS: Final[tuple[str, ...]] = (
     SESSION_CONFIG,
     TOOL_SELECTING,
     TOOL_SELECTED,
+    TOOL_WAITING,
     *LIFECYCLE_EVENTS,
 )
 """Every canonical event name, upstream's first, in upstream's order."""
+
+GATE_EVENTS: Final[frozenset[str]] = frozenset({PROMPT_SUBMIT, PROVIDER_REQUEST, TOOL_PRE})
+"""Events whose answer decides whether work runs. A handler that raises, or answers
+something that is not a verdict, *denies* on these (a gate fails closed); on every other
+event it is logged and skipped."""
 
 RESERVED_EVENTS: Final[frozenset[str]] = frozenset(
     {
@@ -218,4 +229,4 @@ RESERVED_EVENTS: Final[frozenset[str]] = frozenset(
 """Canonical names nothing built in emits yet (upstream's)."""
 
 EMITTED_EVENTS: Final[tuple[str, ...]] = tuple(e for e in ALL_EVENTS if e not in RESERVED_EVENTS)
-"""The events built-in modules emit, in :data:`ALL_EVENTS` order."""
+"""The events built-in modules emit, in `ALL_EVENTS` order."""

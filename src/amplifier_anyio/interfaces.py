@@ -3,16 +3,19 @@
 They are structural (``typing.Protocol``) and, as upstream, not runtime-checkable: the
 loader and the coordinator check for the attributes they use. Context managers speak plain
 message dicts (as upstream); orchestrators convert at the provider edge with
-:func:`amplifier_anyio.models.structure`.
+[`amplifier_anyio.models.structure`][amplifier_anyio.structure].
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+import attrs
+
+from .errors import ValidationError
 from .models import (
     ChatRequest,
     ChatResponse,
@@ -24,7 +27,6 @@ from .models import (
 )
 
 if TYPE_CHECKING:
-    from .kernel._coordinator import ModuleCoordinator
     from .kernel._hooks import HookRegistry
 
 __all__ = (
@@ -32,6 +34,7 @@ __all__ = (
     "Provider",
     "StreamingProvider",
     "Tool",
+    "Claims",
     "ContextManager",
     "ToolJournal",
     "HookHandler",
@@ -46,7 +49,7 @@ __all__ = (
 Cleanup = Callable[[], Any]
 """What ``mount()`` may return: a sync or async callable run at session cleanup."""
 
-MountFunction = Callable[["ModuleCoordinator", dict[str, Any]], Awaitable[Cleanup | None]]
+MountFunction = Callable[[Any, dict[str, Any]], Awaitable[Cleanup | None]]
 """A module's ``async def mount(coordinator, config) -> cleanup | None``."""
 
 
@@ -99,6 +102,14 @@ class Tool(Protocol):
     A tool whose calls are safe to run twice may say so with a class attribute
     ``idempotent = True``: after a crash, a call of it that was running is run again by
     ``session.resume()`` instead of being answered as interrupted (``docs/durable.md``).
+
+    A tool whose calls touch something shared may say what with an optional, synchronous
+    method ``claims(input) -> Claims``: the tool batch then runs the calls of one reply
+    that conflict (one writes what another reads or writes) in call order, and the rest
+    in parallel. It gets the call's final input (after ``tool:pre`` hooks), runs in a
+    worker thread, and must be quick and free of side effects; if it raises, that call is
+    answered with an error result. A tool without ``claims`` touches nothing shared
+    (``docs/concurrency.md``).
     """
 
     @property
@@ -113,13 +124,42 @@ class Tool(Protocol):
     async def execute(self, input: dict[str, Any]) -> ToolResult: ...
 
 
+def _keys(value: Iterable[str]) -> frozenset[str]:
+    """A collection of resource keys as a frozenset; a key is a non-empty string."""
+    if isinstance(value, str | bytes):
+        problem = f"expected a collection of keys, not one {type(value).__name__} ({value!r})"
+        raise ValidationError([problem])
+    keys = frozenset(value)
+    for key in keys:
+        if not isinstance(key, str) or not key:
+            raise ValidationError([f"a resource key must be a non-empty string, got {key!r}"])
+    return keys
+
+
+@attrs.frozen(kw_only=True)
+class Claims:
+    """What one tool call touches: the resources it reads and those it writes.
+
+    A resource is a string key: the resolved real path of a file or directory (symlinks
+    and ``..`` resolved, so that two names of one file are one key), or any other string
+    naming something shared (``"db:orders"``). Two absolute paths conflict when they are
+    equal or one lies inside the other (a directory covers what is under it); other keys
+    conflict when they are equal. Within one batch, a call waits for every earlier call
+    that writes what it reads or writes, or reads what it writes; readers share.
+    ``reads`` / ``writes`` take any collection of strings.
+    """
+
+    reads: frozenset[str] = attrs.field(default=frozenset(), converter=_keys)
+    writes: frozenset[str] = attrs.field(default=frozenset(), converter=_keys)
+
+
 class ContextManager(Protocol):
     """Stores the conversation and hands out the view a request should send.
 
     A context manager may also offer ``async add_messages(messages)``; the tool batch then
     writes all of a batch's results in one call (one fsync for a file-backed context). And
     ``async request_view(token_budget=None, provider=None)`` returning a
-    :class:`~amplifier_anyio.contexts.RequestView`: the turn engine then takes the
+    [`RequestView`][amplifier_anyio.contexts.RequestView]: the turn engine then takes the
     request's converted messages from it instead of converting
     ``get_messages_for_request()`` (see ``docs/contexts.md``).
     """
@@ -194,7 +234,8 @@ class ModuleSource(Protocol):
 
 
 class ModuleSourceResolver(Protocol):
-    """Maps a module id (and an optional source hint) to a :class:`ModuleSource`."""
+    """Maps a module id (and an optional source hint) to a
+    [`ModuleSource`][amplifier_anyio.interfaces.ModuleSource]."""
 
     def resolve(
         self, module_id: str, source_hint: Any = None, profile_hint: Any = None

@@ -109,6 +109,9 @@ COMMANDS = {
     "latin-1": ["run", "--backend", "trio", "--plan", "latin-1.toml", "hi"],
     "boom-asyncio": ["run", "--plan", "boom.yaml", "hi"],
     "boom-trio": ["run", "--backend", "trio", "--plan", "boom.yaml", "hi"],
+    "help": ["--help"],
+    "help-run": ["run", "--help"],
+    "help-sessions-rm": ["sessions", "rm", "--help"],
 }
 
 
@@ -184,6 +187,19 @@ def test_the_default_plan_answers_offline(
     assert "Your prompt has 4 words and 22 characters." in done.stdout
     assert "'words four these count'" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_events_written_to_a_file_are_one_line_each(
+    runs: Mapping[str, subprocess.CompletedProcess[str]],
+) -> None:
+    # stderr is a pipe here, as in `run --events … 2>log`: 80 columns, yet no event wraps
+    done = runs["events"]
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert [line for line in lines if not EVENT_START.match(line)] == []
+    assert len(lines) == len(events_of(done.stderr)) > 10
+    assert max(len(line) for line in lines) > 80  # long enough to have wrapped before
 
 
 def test_events_show_two_tool_calls_in_one_parallel_group(
@@ -396,3 +412,35 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path: Path, backend: str, mome
     assert [line for line in stderr.splitlines() if not EVENT_START.match(line)] == ["interrupted"]
     assert process.returncode == 130, stderr
     assert stdout == ""
+
+
+# -- --help ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["help", "help-run", "help-sessions-rm"])
+def test_help_shows_flags_without_a_value(
+    runs: Mapping[str, subprocess.CompletedProcess[str]], command: str
+) -> None:
+    done = runs[command]
+
+    assert done.returncode == 0, done.stderr
+    assert "<bool>" not in done.stdout
+    flags = [line for line in done.stdout.splitlines() if "--help" in line]
+    assert flags
+    assert all("<" not in line for line in flags), flags
+
+
+def test_the_usage_line_names_the_argument_plainly(
+    runs: Mapping[str, subprocess.CompletedProcess[str]],
+) -> None:
+    usage = {
+        name: next(line for line in runs[name].stdout.splitlines() if "Usage:" in line).strip()
+        for name in ("help-run", "help-sessions-rm")
+    }
+
+    assert usage == {
+        "help-run": "Usage: amplifier-anyio run [OPTIONS] PROMPT",
+        "help-sessions-rm": "Usage: amplifier-anyio sessions rm [OPTIONS] ID",
+    }
+    json_flag = next(line for line in runs["help-run"].stdout.splitlines() if "--json" in line)
+    assert json_flag.split("--json")[1].split()[0] == "Print"  # no placeholder before the help

@@ -25,6 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from amplifier_anyio.cli import app
+from amplifier_anyio.cli.chat import transcript_markdown
 from amplifier_anyio.cli.sessions import list_sessions
 
 PROMPT = "you> "
@@ -280,6 +281,7 @@ def test_slash_commands(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "first words",
         "/save talk.md",
         "/save talk.jsonl",
+        "/save talk.txt",
         "/events on",
         "second",
         "/events off",
@@ -299,7 +301,15 @@ def test_slash_commands(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     stored = [json.loads(line) for line in Path("talk.jsonl").read_text().splitlines()]
     assert stored[0] == {"role": "system", "content": "Be brief."}
     assert stored[1] == {"role": "user", "content": "first words"}
-    text = Path("talk.md").read_text()
+    markdown = Path("talk.md").read_text()
+    assert markdown.startswith("# Chat session ")
+    assert "\n\n## System\n\nBe brief.\n\n## User\n\nfirst words\n\n## Assistant\n\n" in markdown
+    call = 'Tool call `word_count` (call `demo-1`):\n\n```json\n{\n  "text": "first words"\n}\n```'
+    assert call in markdown
+    assert (
+        "## Tool result: `reverse_words` (call `demo-2`)\n\n```text\nwords first\n```" in markdown
+    )
+    text = Path("talk.txt").read_text()
     assert text.startswith("system: Be brief.\nuser: first words\n")
     events = [line for line in result.stderr.splitlines() if " tool:pre " in line]
     assert len(events) == 2  # printed for "second" only
@@ -333,3 +343,17 @@ def test_a_chat_that_cannot_start_is_one_line_and_leaves_no_session(
     [line] = result.stderr.splitlines()
     assert line.startswith("error: module 'tool-dmeo' not found")
     assert list_sessions(every_project=True) == []
+
+
+def test_saved_markdown_fences_outlast_the_backticks_inside() -> None:
+    messages = [
+        {"role": "user", "content": "show me a fence"},
+        {"role": "tool", "name": "bash", "tool_call_id": "c1", "content": "```\nls\n```"},
+    ]
+
+    markdown = transcript_markdown(messages, "s1")
+
+    assert markdown == (
+        "# Chat session s1\n\n## User\n\nshow me a fence\n\n"
+        "## Tool result: `bash` (call `c1`)\n\n````text\n```\nls\n```\n````\n"
+    )

@@ -300,3 +300,71 @@ def test_events_print_a_prompt_with_square_brackets_as_it_is() -> None:
     submitted = [line for line in result.stderr.splitlines() if " prompt:submit " in line]
     assert len(submitted) == 1
     assert "[/bold]" in submitted[0]
+
+
+# -- bad usage: the project's one line, never Typer's box ------------------------------------
+
+USAGE_ERRORS: dict[str, tuple[list[str], str]] = {
+    "a missing argument": (
+        ["run"],
+        "error: missing argument 'PROMPT' — try 'amplifier-anyio run --help'",
+    ),
+    "an unknown option": (
+        ["run", "--nope", "hi"],
+        "error: no such option: --nope",
+    ),
+    "an unknown command": (
+        ["nope"],
+        "error: no such command 'nope' — try 'amplifier-anyio --help'",
+    ),
+    "an unknown option before the command": (
+        ["--nope"],
+        "error: no such option: --nope — try 'amplifier-anyio --help'",
+    ),
+    "an option without its value": (
+        ["run", "--plan"],
+        "error: option '--plan' requires an argument",
+    ),
+    "an extra argument": (
+        ["run", "one", "two"],
+        "error: got unexpected extra argument(s) (two) — try 'amplifier-anyio run --help'",
+    ),
+    "a value that is not a number": (
+        ["bench", "--size", "many"],
+        "error: invalid value for '--size': ",
+    ),
+    "a number out of range": (
+        ["bench", "--repeats", "0"],
+        "error: invalid value for '--repeats': ",
+    ),
+    "a sub-command's missing argument": (
+        ["sessions", "rm"],
+        "error: missing argument 'ID' — try 'amplifier-anyio sessions rm --help'",
+    ),
+    "an unknown sub-command": (
+        ["sessions", "nope"],
+        "error: no such command 'nope' — try 'amplifier-anyio sessions --help'",
+    ),
+    "an unknown option of a sub-command": (
+        ["mcp", "serve", "--nope"],
+        "error: no such option: --nope — try 'amplifier-anyio mcp serve --help'",
+    ),
+    "a bad backend for run": (
+        ["run", "--backend", "curio", "hi"],
+        "error: --backend: must be one of asyncio, trio, not 'curio'",
+    ),
+    "a bad backend for chat": (
+        ["chat", "--backend", "curio"],
+        "error: --backend: must be one of asyncio, trio, not 'curio'",
+    ),
+}
+
+
+@pytest.mark.parametrize(("args", "message"), USAGE_ERRORS.values(), ids=USAGE_ERRORS)
+def test_bad_usage_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = invoke(*args)
+
+    assert one_line_error(result).startswith(message)
+    assert "Usage:" not in result.output
+    assert "╭" not in result.output  # Typer's error box
+    assert result.stdout == ""

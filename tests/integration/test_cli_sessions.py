@@ -2,15 +2,19 @@
 
 Transcripts are written where context-persistent puts them (``default_path``), under an
 ``AMPLIFIER_HOME`` in a temporary directory; the commands run in-process (typer's
-CliRunner) from a project directory.
+CliRunner) from a project directory, except ``rm``'s question, asked on a pseudo-terminal
+(pexpect) as a person answers it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 from pathlib import Path
 
+import pexpect
 import pytest
 from typer.testing import CliRunner, Result
 
@@ -58,6 +62,14 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def invoke(*args: str) -> Result:
     return CliRunner().invoke(app, list(args))
+
+
+def script() -> str:
+    beside = Path(sys.executable).parent / "amplifier-anyio"
+    found = str(beside) if beside.exists() else shutil.which("amplifier-anyio")
+    if found is None:
+        pytest.fail("the amplifier-anyio console script is not installed")
+    return found
 
 
 def test_amplifier_home_moves_the_transcripts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -146,10 +158,11 @@ def test_an_unknown_or_ambiguous_id_is_one_line_and_exit_2(
     assert result.stdout == ""
 
 
-def test_rm_deletes_the_session_directory(project: Path) -> None:
+@pytest.mark.parametrize("yes", ["--yes", "-y"])
+def test_rm_yes_deletes_the_session_directory(project: Path, yes: str) -> None:
     directory = default_path(IDS["older"], project).parent
 
-    result = invoke("sessions", "rm", IDS["older"][:8])
+    result = invoke("sessions", "rm", yes, IDS["older"][:8])
 
     assert result.exit_code == 0, result.output
     assert result.stderr.strip() == f"removed session {IDS['older']}"
@@ -158,6 +171,44 @@ def test_rm_deletes_the_session_directory(project: Path) -> None:
     listed = invoke("sessions", "list").stdout.split()
     assert IDS["older"] not in listed
     assert IDS["newer"] in listed
+
+
+def test_rm_without_a_terminal_or_yes_refuses_and_deletes_nothing(project: Path) -> None:
+    directory = default_path(IDS["older"], project).parent
+
+    result = invoke("sessions", "rm", IDS["older"][:8])
+
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: sessions rm {IDS['older']}: no terminal to ask on; add --yes to delete it\n"
+    )
+    assert directory.is_dir()
+
+
+@pytest.mark.parametrize(("answer", "kept"), [("n", True), ("", True), ("y", False)])
+def test_rm_on_a_terminal_asks_first(project: Path, answer: str, kept: bool) -> None:
+    directory = default_path(IDS["older"], project).parent
+    child = pexpect.spawn(
+        script(),
+        ["sessions", "rm", IDS["older"][:8]],
+        cwd=str(project),
+        env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(50, 250),
+    )
+
+    child.expect_exact(f"delete session {IDS['older']} (5 messages, ")
+    child.expect_exact("'older words')? [y/N]: ")
+    assert directory.is_dir()  # nothing happens before the answer
+    child.sendline(answer)
+    child.expect(pexpect.EOF)
+    child.close()
+
+    assert child.exitstatus == (1 if kept else 0)
+    assert directory.is_dir() is kept
+    said = "kept session" if kept else "removed session"
+    assert f"{said} {IDS['older']}" in (child.before or "")
 
 
 def test_chat_resume_of_an_unknown_session_is_one_line(project: Path) -> None:
@@ -193,11 +244,11 @@ def test_rm_refuses_a_session_a_process_has_open(project: Path) -> None:
     transcript = default_path(IDS["newer"], project)
     holder = _store.acquire_writer(transcript)  # as a running session holds it
     try:
-        refused = invoke("sessions", "rm", IDS["newer"])
+        refused = invoke("sessions", "rm", "--yes", IDS["newer"])
     finally:
         _store.release_writer(holder)
     assert refused.exit_code == 2
     assert f"pid {os.getpid()}" in refused.stderr
     assert transcript.exists()
-    assert invoke("sessions", "rm", IDS["newer"]).exit_code == 0
+    assert invoke("sessions", "rm", "--yes", IDS["newer"]).exit_code == 0
     assert not transcript.parent.exists()

@@ -1734,7 +1734,10 @@ def test_a_host_cancel_while_a_session_turn_closes_agrees_with_its_events(backen
             recorder.attach(session.coordinator.hooks)
             with anyio.CancelScope() as host:
                 session.coordinator.hooks.register(
-                    EXECUTION_END, lambda _event, _data: host.cancel(), name="host-cancels"
+                    EXECUTION_END,
+                    lambda _event, _data: host.cancel(),
+                    name="host-cancels",
+                    inline=True,
                 )
                 result = await session.run("hello")
             last_result = session.last_result

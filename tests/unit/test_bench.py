@@ -6,8 +6,10 @@ report and the work each timed turn does are.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ from amplifier_anyio.bench import (
     write_json,
 )
 from amplifier_anyio.bench.config import BACKENDS, backend_problem
+from amplifier_anyio.bench.environment import LoadWatch
+from amplifier_anyio.bench.report import BELOW_NOISE, busy_warning
 from amplifier_anyio.cli import app
 from amplifier_anyio.errors import ConfigError
 
@@ -238,6 +242,8 @@ class TestOutput:
         return capture.get().splitlines()
 
     def test_no_table_wraps_or_overflows_at_80_columns(self, report: dict[str, Any]) -> None:
+        # a run on a busy machine says so in its missed targets' cells, which may wrap
+        report = {**report, "machine_busy": None}
         narrow = self.render(report, 80)
         assert max(len(line) for line in narrow) <= 80
         # The same lines as on a very wide terminal: no cell was wrapped or cut.
@@ -310,3 +316,72 @@ def test_run_wide_targets_read_the_history_and_startup_suites() -> None:
     assert judged["import_time"]["met"] is True
     assert judged["demo_run_time"]["measured"] == 620.0
     assert judged["demo_run_time"]["met"] is False
+
+
+# -- a noisy machine ---------------------------------------------------------------------------
+
+
+def markdown_rows(report: dict[str, Any]) -> list[str]:
+    console = Console(width=80, force_terminal=False, record=True, color_system=None)
+    with console.capture() as capture:
+        render_tables(report, console)
+    return [line for line in capture.get().splitlines() if line.startswith("|")]
+
+
+def test_an_overhead_below_zero_is_shown_as_noise(report: dict[str, Any]) -> None:
+    noisy = copy.deepcopy(report)
+    for case in noisy["fanout"] + noisy["batch"]:
+        case["overhead_us_per_call"] = 5.0
+    # the floor's median happened to be the slower one
+    noisy["fanout"][0]["overhead_us_per_call"] = -12.5
+    noisy["batch"][0]["overhead_us_per_call"] = -3.0
+
+    rows = markdown_rows(noisy)
+
+    assert not any("-12.5" in row or "-3.00" in row for row in rows)
+    assert [row.split("|")[-2].strip() for row in rows].count(BELOW_NOISE) == 2
+
+
+def test_a_busy_machine_is_named_beside_each_missed_target(report: dict[str, Any]) -> None:
+    busy = copy.deepcopy(report)
+    busy["machine_busy"] = {"load": 3.46, "cores": 2}
+    [missed, *_] = busy["targets"]
+    missed.update(measured=missed["threshold"] * 2, met=False)
+    quiet = {**busy, "machine_busy": None}
+
+    busy_row = next(r for r in markdown_rows(busy) if f"| {missed['label']}" in r)
+    quiet_row = next(r for r in markdown_rows(quiet) if f"| {missed['label']}" in r)
+
+    assert busy_row.split("|")[-2].strip() == "MISSED (machine busy: load 3.5 on 2 cores)"
+    assert quiet_row.split("|")[-2].strip() == "MISSED"
+    assert busy_warning(busy) == (
+        "warning: the machine was busy during the run (load 3.5 on 2 cores): the timings are "
+        "noisy, and a missed target may be the load's, not the code's"
+    )
+    assert busy_warning(quiet) is None
+
+
+@pytest.mark.parametrize(("load", "busy"), [(1.5, False), (2.0, False), (2.01, True)])
+def test_the_load_peak_of_a_run_is_compared_with_the_cores(
+    monkeypatch: pytest.MonkeyPatch, load: float, busy: bool
+) -> None:
+    loads = iter([0.5, load, 1.0])
+    monkeypatch.setattr(os, "getloadavg", lambda: (next(loads, 0.2), 0.0, 0.0))
+    watch = LoadWatch()
+    watch.sample()
+    watch.sample()
+
+    assert watch.peak == max(0.5, load)
+    assert (watch.busy(cores=2) is not None) is busy
+
+
+def test_bench_warns_on_stderr_when_the_machine_was_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    cores = os.cpu_count() or 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (cores + 1.5, 0.0, 0.0))
+    args = ["bench", "--suite", "emit", "--backend", "asyncio", "--repeats", "1"]
+
+    result = CliRunner().invoke(app, args)
+
+    assert result.exit_code == 0, result.output
+    expected = f"warning: the machine was busy during the run (load {cores + 1.5:.1f} on {cores}"
+    assert [line for line in result.stderr.splitlines() if line.startswith(expected)]

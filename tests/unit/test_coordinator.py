@@ -538,10 +538,10 @@ async def test_begin_turn_gives_a_fresh_token_and_drops_a_pending_request() -> N
     await coordinator.flush_cancel_request()
 
     assert events == []
-    assert new is coordinator.cancellation is coordinator.claim_turn()
+    assert new is coordinator.cancellation is coordinator.claim_turn().token
     assert old.is_immediate  # the old turn's token is never reset
     assert not coordinator.cancellation.is_cancelled
-    assert coordinator.claim_turn() is not new  # claimed once; then a fresh one
+    assert coordinator.claim_turn().token is not new  # claimed once; then a fresh one
     # A new turn can be cancelled again, and it is reported again.
     await coordinator.request_cancel()
     assert events == ["graceful"]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
 import pytest
 
+from amplifier_anyio.events import GATE_EVENTS
 from amplifier_anyio.kernel import HookAnswer, HookRegistry, trace_scope
+from amplifier_anyio.kernel._foreign import module_scope
 from amplifier_anyio.models import HookResult
 
 pytestmark = pytest.mark.anyio
@@ -568,7 +571,7 @@ async def test_a_dict_answer_is_read_as_a_hook_result() -> None:
     assert (result.action, result.reason) == ("deny", "no")
 
 
-async def test_an_answer_that_is_no_verdict_fails_closed(
+async def test_an_answer_that_is_no_verdict_fails_closed_on_a_gate(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Never a silent continue: a hook guarding a tool must not let it run by returning junk.
@@ -578,15 +581,94 @@ async def test_an_answer_that_is_no_verdict_fails_closed(
     async def wrong_type(event: str, data: dict[str, Any]) -> Any:
         return "allow"
 
-    hooks.register("e", wrong_type, name="wrong-type")
-    hooks.register("e", capturing(seen), priority=1)
+    hooks.register("tool:pre", wrong_type, name="wrong-type")
+    hooks.register("tool:pre", capturing(seen), priority=1)
 
-    result = await hooks.emit("e", {"a": 1})
+    result = await hooks.emit("tool:pre", {"a": 1})
 
     assert seen == []
     assert result.action == "deny"
     assert "wrong-type" in (result.reason or "")
     assert "wrong-type" in caplog.text
+
+
+@pytest.mark.parametrize("event", sorted(GATE_EVENTS))
+async def test_a_raising_handler_denies_a_gate_naming_hook_and_module(
+    event: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    hooks = HookRegistry()
+    seen: list[dict[str, Any]] = []
+
+    async def guard(event: str, data: dict[str, Any]) -> Any:
+        raise RuntimeError("the guard crashed")
+
+    with module_scope("hooks-guard"):
+        hooks.register(event, guard, name="guard")
+    hooks.register(event, capturing(seen), priority=1)
+
+    result = await hooks.emit(event, {"a": 1})
+
+    assert result.action == "deny"
+    assert "hook 'guard' of module 'hooks-guard'" in (result.reason or "")
+    assert "the guard crashed" in (result.reason or "")
+    assert seen == []  # a deny stops the chain
+    assert "denied (fail closed)" in caplog.text
+
+
+@pytest.mark.parametrize("answer", ["raise", "junk"])
+async def test_a_failing_handler_is_skipped_on_an_observe_only_event(answer: str) -> None:
+    hooks = HookRegistry()
+    seen: list[dict[str, Any]] = []
+
+    async def broken(event: str, data: dict[str, Any]) -> Any:
+        if answer == "raise":
+            raise RuntimeError("observer crashed")
+        return "junk"
+
+    hooks.register("tool:post", broken, name="broken")
+    hooks.register("tool:post", capturing(seen), priority=1)
+
+    result = await hooks.emit("tool:post", {"a": 1})
+
+    assert result.action == "continue"
+    assert len(seen) == 1
+
+
+async def test_a_sync_handler_runs_off_the_loop() -> None:
+    # A blocking sync handler must not freeze the loop: a ticker keeps ticking meanwhile.
+    hooks = HookRegistry()
+    release = threading.Event()
+    ticks: list[int] = []
+
+    def blocking(event: str, data: dict[str, Any]) -> HookResult:
+        assert release.wait(10)
+        return HookResult(action="modify", data={**data, "seen": True})
+
+    hooks.register("tool:post", blocking, name="blocking")
+
+    async def ticker() -> None:
+        for n in range(5):
+            ticks.append(n)
+            await anyio.sleep(0.01)
+        release.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        result = await hooks.emit("tool:post", {"a": 1})
+    assert ticks == [0, 1, 2, 3, 4]
+    assert result.action == "modify"
+    assert result.data is not None
+    assert result.data["seen"] is True
+
+
+async def test_an_inline_sync_handler_runs_on_the_loop_thread() -> None:
+    hooks = HookRegistry()
+    threads: list[int] = []
+    hooks.register("e", lambda e, d: threads.append(threading.get_ident()), inline=True)
+    hooks.register("e", lambda e, d: threads.append(threading.get_ident()))
+    await hooks.emit("e", {})
+    assert threads[0] == threading.get_ident()
+    assert threads[1] != threading.get_ident()
 
 
 async def test_none_answer_is_continue() -> None:

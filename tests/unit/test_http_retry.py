@@ -455,3 +455,61 @@ def test_sse_decoder_follows_the_event_stream_rules() -> None:
         SSEEvent(event="message", data="[DONE]", id="7"),
     ]
     assert decoder.flush() is None
+
+
+# -- a wrong address: the URL called and the fix --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("base_url", "path", "note"),
+    [
+        (
+            "http://127.0.0.1:8080",
+            "chat/completions",
+            "(POST http://127.0.0.1:8080/chat/completions; OpenAI-compatible servers serve the "
+            "API under /v1: use the base URL http://127.0.0.1:8080/v1)",
+        ),
+        (
+            "http://127.0.0.1:8080/v1/v1",
+            "messages",
+            "(POST http://127.0.0.1:8080/v1/v1/messages; the base URL ends in /v1, which the "
+            "provider adds itself: use http://127.0.0.1:8080 (Anthropic's base URL is the API "
+            "root, without /v1))",
+        ),
+        (
+            "https://llm.example/v1",
+            "chat/completions",
+            "(POST https://llm.example/v1/chat/completions)",
+        ),
+    ],
+)
+async def test_a_404_names_the_url_called_and_the_fix_for_a_usual_slip(
+    clock: Clock, base_url: str, path: str, note: str
+) -> None:
+    script = Script(httpx.Response(404, text="404 page not found"))
+    http = HTTPClient(
+        provider="test",
+        base_url=base_url,
+        headers={},
+        retry=RetryPolicy(max_retries=0),
+        transport=httpx.MockTransport(script),
+        sleep=clock.sleep,
+    )
+
+    with pytest.raises(NotFoundError) as info:
+        await http.request_json("POST", path, json_body={}, params={"key": SECRET})
+
+    assert str(info.value) == f"test returned HTTP 404: 404 page not found {note}"
+    assert SECRET not in str(info.value)
+    await http.aclose()
+
+
+async def test_other_statuses_do_not_name_the_url(clock: Clock) -> None:
+    script = Script(error(401, "bad key", "authentication_error"))
+    http = client(script, clock, retry=RetryPolicy(max_retries=0))
+
+    with pytest.raises(AuthenticationError) as info:
+        await http.request_json("POST", "chat/completions", json_body={})
+
+    assert str(info.value) == "test returned HTTP 401: bad key"
+    await http.aclose()

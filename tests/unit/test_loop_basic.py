@@ -471,6 +471,28 @@ async def test_mount_puts_loop_basic_at_the_orchestrator_mount_point() -> None:
 # -- events ----------------------------------------------------------------------------------
 
 
+class ConfiguredModel(ScriptedProvider):
+    """A provider with a configured default model, as the HTTP providers have."""
+
+    model = "gpt-4o-mini"
+
+
+@pytest.mark.parametrize(
+    ("provider_class", "model"), [(ScriptedProvider, "scripted"), (ConfiguredModel, "gpt-4o-mini")]
+)
+async def test_llm_request_names_the_model_the_provider_asks_for(
+    provider_class: type[ScriptedProvider], model: str
+) -> None:
+    # the request names no model: the provider's default is the one asked for
+    harness = Harness()
+    provider = provider_class([text("Hi.")], name="p")
+
+    await harness.run({"p": provider})
+
+    assert provider.requests[0].model is None
+    assert harness.payload(LLM_REQUEST)["model"] == model
+
+
 async def test_a_turn_emits_the_documented_events_and_payloads() -> None:
     harness = Harness()
     usage = Usage(input_tokens=5, output_tokens=1, total_tokens=6)

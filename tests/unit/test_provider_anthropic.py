@@ -15,6 +15,7 @@ import pytest
 from amplifier_anyio.errors import (
     AuthenticationError,
     ContextLengthError,
+    LLMError,
     ProviderUnavailableError,
 )
 from amplifier_anyio.models import (
@@ -558,3 +559,39 @@ async def test_mount_with_env_key_mounts_and_cleanup_closes(
     assert KEY not in repr(mounted)
     await cleanup()
     assert mounted.http.is_closed
+
+
+# -- the base URL ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given", [f"{BASE}/v1", f"{BASE}/v1/"])
+async def test_a_base_url_ending_in_v1_is_cut_back_to_the_api_root_with_a_warning(
+    given: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = Server(httpx.Response(200, json=message([{"type": "text", "text": "Hi"}], "end_turn")))
+    with caplog.at_level(logging.WARNING, logger="amplifier_anyio.providers.anthropic"):
+        p = provider(server, base_url=given)
+
+    await p.complete(ChatRequest(messages=[user("Hi")]))
+
+    assert str(server.requests[0].url) == f"{BASE}/v1/messages"  # not …/v1/v1/messages
+    assert p.base_url == BASE
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning == (
+        f"provider-anthropic: base_url {BASE}/v1 ends in /v1; Anthropic's base URL is the "
+        f"API root without it: using {BASE} (requests go to {BASE}/v1/messages)"
+    )
+    await p.http.aclose()
+
+
+async def test_a_404_names_the_url_it_called() -> None:
+    server = Server(api_error(404, "not_found_error", "model: claude-nope"))
+    p = provider(server, max_retries=0)
+
+    with pytest.raises(LLMError) as info:
+        await p.complete(ChatRequest(messages=[user("Hi")]))
+
+    assert str(info.value) == (
+        f"anthropic returned HTTP 404: model: claude-nope (POST {BASE}/v1/messages)"
+    )
+    await p.http.aclose()

@@ -617,6 +617,26 @@ async def test_stream_cut_short_raises() -> None:
     await p.http.aclose()
 
 
+async def test_a_stream_without_any_choice_is_an_error_not_an_empty_answer() -> None:
+    # Chunks that never carry a choice (not a chat completion stream): before, the turn
+    # ended `success` with empty text.
+    body = sse({"id": "x", "object": "something.else"}, {"id": "x", "usage": None})
+    server = Server(httpx.Response(200, stream=Body(body)))
+    p = provider(server)
+    with pytest.raises(Exception, match="no choices"):
+        await drain(p, ChatRequest(messages=[user("hi")]))
+    await p.http.aclose()
+
+
+async def test_a_usage_only_last_chunk_is_still_fine() -> None:
+    body = sse(chunk({"content": "hi"}, finish_reason="stop"), {"id": "x", "choices": []})
+    server = Server(httpx.Response(200, stream=Body(body)))
+    p = provider(server)
+    events = await drain(p, ChatRequest(messages=[user("hi")]))
+    assert any(e.get("delta") == "hi" for e in events)
+    await p.http.aclose()
+
+
 # -- models, info, mount --------------------------------------------------------------
 
 

@@ -5,7 +5,7 @@ times a loop-basic turn that fans out N tool calls (each sleeping D, with K no-o
 ``tool:pre`` / ``tool:post``) against a bare task group doing the same sleeps and, on
 asyncio, ``asyncio.gather`` of them, on asyncio, asyncio + uvloop and trio; plus the cost
 of ``HookRegistry.emit`` per handler, of a ``ToolBatch`` per call, and of compaction against
-history size. :func:`run_benchmarks` returns the JSON-ready report; see
+history size. `run_benchmarks` returns the JSON-ready report; see
 ``docs/benchmarks.md`` for how to read it.
 """
 

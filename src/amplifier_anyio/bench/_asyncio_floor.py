@@ -17,7 +17,7 @@ __all__ = ("gather_floor", "prepare_gather")
 
 
 async def gather_floor(n: int, delay: float) -> list[Any]:
-    """``asyncio.gather`` of ``n`` :func:`~.workloads.sleep_into` coroutines."""
+    """``asyncio.gather`` of ``n`` `sleep_into` coroutines."""
     results: list[Any] = [None] * n
     await asyncio.gather(*(sleep_into(results, index, delay) for index in range(n)))
     return results

@@ -12,7 +12,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..errors import ConfigError
 from .config import BenchConfig, backend_problem
-from .report import plot_format_problem, plotting_problem, render_tables, write_json, write_plot
+from .report import (
+    busy_warning,
+    plot_format_problem,
+    plotting_problem,
+    render_tables,
+    write_json,
+    write_plot,
+)
 from .runner import run_benchmarks, runnable_backends
 from .suites import count_steps
 
@@ -99,6 +106,8 @@ def run_command(
     if markdown and not out.is_terminal:
         # Markdown goes to files and pages: never squeeze columns to a terminal width.
         out = Console(file=out.file, width=240)
+    if (warning := busy_warning(report)) is not None:
+        err.print(warning, markup=False, highlight=False, soft_wrap=True)
     render_tables(report, out, markdown=markdown)
     if json_path is not None:
         _write("--json", json_path, write_json, report)

@@ -81,7 +81,7 @@ def _hook_counts(_: Any, __: Any, value: tuple[int, ...]) -> None:
 
 @attrs.frozen(kw_only=True)
 class BenchConfig:
-    """The parameters of one benchmark run (the full run by default; see :meth:`quick`).
+    """The parameters of one benchmark run (the full run by default; see `quick`).
 
     ``sizes``: tool calls per fan-out (N); ``delays``: seconds each tool sleeps (D);
     ``hook_counts``: no-op handlers on ``tool:pre`` and on ``tool:post`` (K);

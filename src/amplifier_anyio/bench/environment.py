@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
 
-__all__ = ("environment", "load_average")
+__all__ = ("environment", "load_average", "LoadWatch")
 
 _PACKAGES = ("amplifier-anyio", "anyio", "trio", "uvloop", "attrs", "cattrs")
 
@@ -27,6 +27,28 @@ def load_average() -> list[float] | None:
         return [round(value, 2) for value in os.getloadavg()]
     except (AttributeError, OSError):
         return None
+
+
+class LoadWatch:
+    """The highest 1-minute load average seen while a run goes: sampled at each step (a
+    read of ``/proc/loadavg``, between timed runs, never inside one)."""
+
+    def __init__(self) -> None:
+        self.peak: float | None = None
+        self.sample()
+
+    def sample(self) -> None:
+        """Read the load average now."""
+        loads = load_average()
+        if loads is not None:
+            self.peak = loads[0] if self.peak is None else max(self.peak, loads[0])
+
+    def busy(self, cores: int | None = None) -> dict[str, Any] | None:
+        """``{"load", "cores"}`` when the peak was above the core count, else None."""
+        cores = cores if cores is not None else os.cpu_count()
+        if self.peak is None or not cores or self.peak <= cores:
+            return None
+        return {"load": self.peak, "cores": cores}
 
 
 def environment() -> dict[str, Any]:

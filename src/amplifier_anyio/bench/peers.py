@@ -15,7 +15,7 @@ answer, each peer driven by its own offline test model (no network, nothing fetc
 
 - ``upstream-loop-basic`` / ``upstream-loop-basic-bare``: upstream Amplifier's loop-basic
   orchestrator (``BasicOrchestrator.execute``), imported from the module checkout that
-  :data:`LOOP_BASIC_PATH_ENV` names (the checkout's root or its
+  `LOOP_BASIC_PATH_ENV` names (the checkout's root or its
   ``amplifier_module_loop_basic`` package; nothing is fetched), with amplifier-core's
   models (``ChatResponse``, ``ToolCall``, ``ToolResult``), a scripted provider, an
   in-memory context, and either amplifier-core's own ``ModuleCoordinator`` and hook

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,16 @@ from rich.table import Table
 from ..errors import ConfigError
 from .timing import ratio
 
-__all__ = ("render_tables", "write_json", "write_plot", "plotting_problem", "plot_format_problem")
+__all__ = (
+    "render_tables",
+    "busy_warning",
+    "busy_text",
+    "BELOW_NOISE",
+    "write_json",
+    "write_plot",
+    "plotting_problem",
+    "plot_format_problem",
+)
 
 
 def _ms(seconds: float | None) -> str:
@@ -32,6 +43,18 @@ def _num(value: float | None) -> str:
     if size >= 1:
         return f"{value:.2f}"
     return f"{value:.3f}"
+
+
+BELOW_NOISE = "< noise"
+"""How an overhead below zero is shown: ours cannot beat the floor doing more work; a
+negative difference of two medians is the machine's noise, not a speed-up."""
+
+
+def _overhead(value: float | None, show: Callable[[float], str] = _num) -> str:
+    """An overhead (ours minus the floor): below zero it is noise, shown as such."""
+    if value is None:
+        return "-"
+    return BELOW_NOISE if value < 0 else show(value)
 
 
 def _table(title: str, columns: list[str], markdown: bool) -> Table:
@@ -62,7 +85,7 @@ def _fanout_tables(report: dict[str, Any], markdown: bool) -> list[Table]:
             _ms(case["floor"]["median_s"]),
             _ms(case["ours"]["median_s"]),
             f"{case['ratio']:.2f}",
-            _num(case["overhead_us_per_call"]),
+            _overhead(case["overhead_us_per_call"]),
         )
         against.add_row(
             *key,
@@ -109,7 +132,7 @@ def _turn_table(report: dict[str, Any], markdown: bool) -> Table:
             f"{case['turns']:,}",
             _num(case["session_us_per_turn"]),
             _num(case["loop_us_per_turn"]),
-            _num(case["session_us_per_turn"] - case["loop_us_per_turn"]),
+            _overhead(case["session_us_per_turn"] - case["loop_us_per_turn"]),
         )
     return table
 
@@ -127,7 +150,7 @@ def _batch_table(report: dict[str, Any], markdown: bool) -> Table:
             _ms(case["floor"]["median_s"]),
             _ms(case["ours"]["median_s"]),
             f"{case['ratio']:.2f}",
-            _num(case["overhead_us_per_call"]),
+            _overhead(case["overhead_us_per_call"]),
         )
     return table
 
@@ -178,7 +201,7 @@ def _executors_table(report: dict[str, Any], markdown: bool) -> Table:
             f"{case['calls_per_s']:.1f}",
             f"{case['ideal_seconds']:.3f}",
             f"{case['ratio']:.2f}",
-            f"{case['overhead_ms_per_call']:.2f}",
+            _overhead(case["overhead_ms_per_call"], lambda value: f"{value:.2f}"),
         )
     return table
 
@@ -251,7 +274,7 @@ def _peers_table(report: dict[str, Any], markdown: bool) -> Table:
             "ours",
             _ms(case["ours"]["median_s"]),
             f"{case['ratio']:.2f}",
-            _num(case["overhead_us_per_call"]),
+            _overhead(case["overhead_us_per_call"]),
             "1.00",
         )
         for name, peer in case["peers"].items():
@@ -260,7 +283,7 @@ def _peers_table(report: dict[str, Any], markdown: bool) -> Table:
                 name,
                 _ms(peer["median_s"]),
                 f"{peer['ratio']:.2f}",
-                _num(peer["overhead_us_per_call"]),
+                _overhead(peer["overhead_us_per_call"]),
                 f"{peer['vs_ours']:.2f}",
             )
     return table
@@ -284,8 +307,11 @@ def _startup_table(report: dict[str, Any], markdown: bool) -> Table:
 
 def _targets_table(report: dict[str, Any], markdown: bool) -> Table:
     table = _table("Targets", ["target", "backend", "measured", "under", "met"], markdown)
+    busy = report.get("machine_busy")
     for target in report["targets"]:
         met = {True: "met", False: "MISSED", None: "-"}[target["met"]]
+        if busy and target["met"] is False:
+            met += f" (machine busy: {busy_text(busy)})"
         measured = target["measured"]
         table.add_row(
             target["label"],
@@ -295,6 +321,29 @@ def _targets_table(report: dict[str, Any], markdown: bool) -> Table:
             met,
         )
     return table
+
+
+def _laid_out(table: Table, width: int) -> str:
+    wide = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
+    with wide.capture() as capture:
+        wide.print(table)
+    return capture.get()
+
+
+def busy_text(busy: dict[str, Any]) -> str:
+    """``load 3.2 on 2 cores``: the peak load average of a run against the machine's cores."""
+    return f"load {busy['load']:.1f} on {busy['cores']} cores"
+
+
+def busy_warning(report: dict[str, Any]) -> str | None:
+    """The warning line for a run on a machine busier than its cores, else None."""
+    busy = report.get("machine_busy")
+    if not busy:
+        return None
+    return (
+        f"warning: the machine was busy during the run ({busy_text(busy)}): the timings "
+        "are noisy, and a missed target may be the load's, not the code's"
+    )
 
 
 def render_tables(report: dict[str, Any], console: Console, *, markdown: bool = False) -> None:
@@ -322,11 +371,15 @@ def render_tables(report: dict[str, Any], console: Console, *, markdown: bool = 
     if report.get("startup"):
         tables.append(_startup_table(report, markdown))
     tables.append(_targets_table(report, markdown))
-    width = max(console.width, 200) if markdown else None
     for table in tables:
-        console.print(table, width=width)
         if markdown:
-            console.print()
+            # One line per row however wide: a console never prints wider than its own
+            # width (a pipe's is 80), so the table is laid out on a wide one, then printed
+            # as text that is neither wrapped nor cut.
+            text = _laid_out(table, max(console.width, 240))
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+        else:
+            console.print(table)
     for name, reason in (report.get("executors") or {}).get("skipped", {}).items():
         console.print(f"skipped executor {name}: {reason}", highlight=False)
     for name, reason in report.get("skipped_peers", {}).items():

@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 
 from .config import BenchConfig, backend_problem, backend_spec
-from .environment import environment, load_average
+from .environment import LoadWatch, environment, load_average
 from .executors import executors_suite
 from .history import history_suite, startup_suite
 from .peers import skipped_peers
@@ -53,12 +53,26 @@ def _ignore(_: str) -> None:
     """A step callback that shows nothing."""
 
 
+def _sampling(step: Step, watch: LoadWatch) -> Step:
+    """``step`` that samples the load average first (between cases, never in a timed run)."""
+
+    def sampled(description: str) -> None:
+        watch.sample()
+        step(description)
+
+    return sampled
+
+
 def run_benchmarks(config: BenchConfig, step: Step = _ignore) -> dict[str, Any]:
     """Run every case of ``config`` and return the JSON-ready report.
 
     Must be called outside any event loop: each backend gets its own ``anyio.run``.
+    ``machine_busy`` says whether the load average went above the core count meanwhile.
     """
     backends, skipped = runnable_backends(config)
+    watch = LoadWatch()
+    step = _sampling(step, watch)
+
     report: dict[str, Any] = {
         "schema": SCHEMA,
         "environment": environment(),
@@ -97,5 +111,8 @@ def run_benchmarks(config: BenchConfig, step: Step = _ignore) -> dict[str, Any]:
     if "startup" in config.suites:
         report["startup"] = startup_suite(max(config.repeats, 5), step)
     report["environment"]["load_average_after"] = load_average()
+    watch.sample()
+    report["environment"]["load_average_peak"] = watch.peak
+    report["machine_busy"] = watch.busy()
     report["targets"] = evaluate_targets(report, backends)
     return report

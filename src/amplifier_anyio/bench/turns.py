@@ -2,11 +2,11 @@
 
 The ``turn`` suite (run only when named). Each timed job is ``turns`` consecutive turns of
 one tool call: the scripted model asks for one call of the zero-delay sleep tool, then
-answers. ``session`` runs them through :meth:`AmplifierSession.run` (loop-basic,
-context-simple, the session open for the whole case; the history is cleared before each
-turn, inside the job, so that the cost does not grow with it); ``loop`` runs prepared
-:class:`FanoutTurn` turns of one call (loop-basic with a :class:`LeanContext`, no session).
-The result is microseconds per turn, median over repeats.
+answers. ``session`` runs them through
+[`AmplifierSession.run`][amplifier_anyio.AmplifierSession.run] (loop-basic, context-simple, the
+session open for the whole case; the history is cleared before each turn, inside the job, so that
+the cost does not grow with it); ``loop`` runs prepared `FanoutTurn` turns of one call (loop-basic
+with a `LeanContext`, no session). The result is microseconds per turn, median over repeats.
 """
 
 from __future__ import annotations

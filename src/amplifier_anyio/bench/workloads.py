@@ -141,10 +141,11 @@ def register_noop_hooks(hooks: HookRegistry, count: int) -> None:
 class FanoutTurn:
     """One loop-basic turn: a reply asking for ``n`` parallel calls, then a final answer.
 
-    Driven through :meth:`LoopBasicOrchestrator.run_turn` with a real
-    :class:`ModuleCoordinator` (its hook registry, cancellation token and hook-result
-    processing) and a :class:`LeanContext`. :meth:`prepare` builds a fresh coordinator,
-    context and provider; :meth:`check` proves the turn did all the work.
+    Driven through
+    [`LoopBasicOrchestrator.run_turn`][amplifier_anyio.orchestrators.LoopBasicOrchestrator.run_turn]
+    with a real [`ModuleCoordinator`][amplifier_anyio.ModuleCoordinator] (its hook registry,
+    cancellation token and hook-result processing) and a `LeanContext`. `prepare` builds a fresh
+    coordinator, context and provider; `check` proves the turn did all the work.
     """
 
     n: int
@@ -195,7 +196,8 @@ class FanoutTurn:
 
 
 def prepare_batch(n: int) -> Job:
-    """One :class:`ToolBatch` of ``n`` calls of a zero-delay tool, no hooks, no coordinator."""
+    """One [`ToolBatch`][amplifier_anyio.runtime.ToolBatch] of ``n`` calls of a zero-delay tool, no
+    hooks, no coordinator."""
     calls = tool_calls(n)
     tools = {SleepTool.name: SleepTool(0.0)}
     message = assistant_message(ChatResponse(tool_calls=calls), calls)

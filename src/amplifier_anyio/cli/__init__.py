@@ -3,11 +3,11 @@
 Exit codes: 0 ok; 1 the turn failed; 2 bad usage, a bad plan, or a session that could not
 start (one line on stderr, no traceback); 130 interrupted (Ctrl-C, on either backend).
 
-One module per command: :mod:`.run`, :mod:`.chat`, :mod:`.validate`, :mod:`.bench`; a
-group of sub-commands is a module with its own Typer app (:mod:`.sessions`, :mod:`.mcp`).
+One module per command: `run`, `chat`, `validate`, `bench`; a
+group of sub-commands is a module with its own Typer app (`sessions`, `mcp`).
 Shared helpers are in ``_common`` and the plan options in ``_plans``.
 
-The commands are declared, not imported: :data:`COMMANDS` names each one's module, which
+The commands are declared, not imported: `COMMANDS` names each one's module, which
 is imported when that command is invoked (``--help`` lists them all and imports them all).
 ``amplifier-anyio run`` therefore loads neither the chat loop nor the benchmark nor MCP
 (see ``_lazy``, and ``docs/benchmarks.md``, "Start-up").

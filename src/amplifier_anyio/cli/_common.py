@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ConfigError, ModuleLoadError, ModuleNotFoundError, describe
-from ..events import ALL_EVENTS, MODULE_LOAD_FAILED
+from ..events import ALL_EVENTS, MODULE_LOAD_FAILED, PROVIDER_RETRY
 from ..kernel._mount_plan import MountPlan
 from ..kernel._session import AmplifierSession
 from ..kernel._turns import TurnResult
@@ -144,7 +144,10 @@ class StartupError(Exception):
 
 async def enter_session(stack: contextlib.AsyncExitStack, session: AmplifierSession) -> None:
     """Enter ``session`` on ``stack``; a module that fails to load or mount is a StartupError."""
-    session.coordinator.hooks.register(MODULE_LOAD_FAILED, warn_load_failed, name="cli-warn")
+    session.coordinator.hooks.register(
+        MODULE_LOAD_FAILED, warn_load_failed, name="cli-warn", inline=True
+    )
+    session.coordinator.hooks.register(PROVIDER_RETRY, say_retry, name="cli-retry", inline=True)
     try:
         # Entered with ``async with``: the session then owns the task group that
         # module services (hooks-logging's writer, …) run in.
@@ -189,6 +192,17 @@ def warn_load_failed(event: str, data: dict[str, Any]) -> None:
     say(f"warning: {kind} {module_id!r} not loaded: {one_line(str(error))}")
 
 
+def say_retry(event: str, data: dict[str, Any]) -> None:
+    """A provider's retry, as it happens: ``openai: retrying 1/3 in 1.0 s (why)``, so a
+    server that does not answer is not minutes of silence before the error line."""
+    error = data.get("error") or {}
+    why = error.get("msg") or error.get("type") or "the attempt failed"
+    say(
+        f"{data.get('provider')}: retrying {data.get('attempt')}/{data.get('max_retries')} "
+        f"in {float(data.get('delay') or 0):.1f} s ({one_line(str(why))})"
+    )
+
+
 # -- events ----------------------------------------------------------------------------------
 
 _EVENT_IDS = ("session_id", "parent_id", "timestamp", "trace_id")
@@ -204,14 +218,18 @@ def print_events(session: AmplifierSession, enabled: Callable[[], bool] = lambda
         text = json.dumps(fields, default=str)
         if len(text) > 160:
             text = text[:157] + "..."
+        # soft_wrap: one line per event whatever the width (a log file is grepped by line)
         err.print(
             f"[dim]{data.get('timestamp', '')[11:23]}[/dim] [bold]{event}[/bold] {escape(text)}",
             highlight=False,
+            soft_wrap=True,
         )
         return HookResult()
 
     for event in ALL_EVENTS:
-        session.coordinator.hooks.register(event, show, priority=1_000_000, name="cli-events")
+        session.coordinator.hooks.register(
+            event, show, priority=1_000_000, name="cli-events", inline=True
+        )
 
 
 class EventLog:

@@ -4,7 +4,7 @@ Two costs of start-up live here (``docs/benchmarks.md``, "Start-up"):
 
 - Declaring a command with Typer needs its function, hence its module and everything that
   module imports (the kernel, the chat loop, the benchmark, the MCP SDK's glue). A
-  :func:`lazy_group` holds each command as a :class:`LazyCommand` (a name and where it
+  `lazy_group` holds each command as a `LazyCommand` (a name and where it
   lives) and builds its click command the first time it is asked for, exactly as
   ``app.command(name)(function)`` / ``app.add_typer(sub_app, name=name)`` would have: the
   same Typer functions build it from the same registration. ``--help`` asks for every
@@ -12,15 +12,21 @@ Two costs of start-up live here (``docs/benchmarks.md``, "Start-up"):
   only ``run``.
 - Typer 0.29 coerces every parameter value through a pydantic ``TypeAdapter``, built when
   the command line is parsed: importing pydantic and building the adapters costs more
-  than the rest of a demo turn. :func:`plain_params` gives the parameters whose value is
+  than the rest of a demo turn. `plain_params` gives the parameters whose value is
   already what they want — a ``str`` for a ``str``, a path string for a ``Path`` — a
   coercion that returns the string, or hands it to Typer's own path checks as a ``Path``;
   any other value or type (numbers, lists, choices, files, parsers, a Typer without this
   machinery) keeps Typer's coercion, with its messages.
+
+And how the command line reads: a flag is shown without a value placeholder (``--json``,
+not ``--json <bool>``), an argument as ``PROMPT`` (``[PROMPT]`` when optional) on the usage
+line, and every usage error — an unknown option or command, a missing argument, a bad
+value — is the project's one line, ``error: …`` on stderr and exit 2, not Typer's box.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -30,9 +36,17 @@ from typing import Any
 import attrs
 import typer
 import typer.main
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup, TyperOption
 
-__all__ = ("LazyCommand", "lazy_group", "plain_params")
+try:  # Typer 0.29 carries its own click
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # pragma: no cover - a Typer on the click package
+    from click.exceptions import (  # type: ignore[assignment]
+        ClickException,
+        NoArgsIsHelpError,
+    )
+
+__all__ = ("LazyCommand", "lazy_group", "plain_params", "one_line_usage_errors")
 
 
 @attrs.frozen
@@ -137,7 +151,36 @@ def lazy_group(commands: Sequence[LazyCommand]) -> type[TyperGroup]:
             plain_help(self, ctx)
             return super().parse_args(ctx, args)
 
+        # A usage error is raised while the command line is parsed (here, or in a
+        # sub-command's context made by invoke) or by a command itself (invoke).
+        def make_context(self, *args: Any, **kwargs: Any) -> Any:
+            with one_line_usage_errors():
+                return super().make_context(*args, **kwargs)
+
+        def invoke(self, ctx: Any) -> Any:
+            with one_line_usage_errors():
+                return super().invoke(ctx)
+
     return LazyGroup
+
+
+@contextlib.contextmanager
+def one_line_usage_errors() -> Iterator[None]:
+    """A click usage error (or any ClickException) inside: ``error: …`` on one line of
+    stderr naming where ``--help`` is, then exit with its code (2 for bad usage)."""
+    try:
+        yield
+    except NoArgsIsHelpError:
+        raise  # no arguments at all: the help, as Typer shows it
+    except ClickException as exc:
+        message = " ".join(exc.format_message().split()).rstrip(".")
+        if message[:2].istitle():  # "Missing argument", not "ID ..."
+            message = message[0].lower() + message[1:]
+        ctx = getattr(exc, "ctx", None)
+        if ctx is not None:
+            message += f" — try '{ctx.command_path} --help'"
+        typer.echo(f"error: {message}", err=True)
+        raise typer.Exit(exc.exit_code) from None
 
 
 # -- parameters without pydantic -------------------------------------------------------------
@@ -179,6 +222,7 @@ def plain_help(command: Any, ctx: Any) -> None:
     option = command.get_help_option(ctx)
     if option is not None:
         _make_plain(option)
+        _plain_display(option)
 
 
 def _plain(param: Any) -> bool:
@@ -201,6 +245,10 @@ def _plain(param: Any) -> bool:
 def plain_params(command: Any) -> None:
     """Give ``command``'s plain ``str`` / ``Path`` parameters (and those of an already
     built group's sub-commands) a coercion without pydantic (see the module's docstring)."""
+    for param in command.params:
+        _plain_display(param)
+    # its --help too (made once per command, on first use: made here with the default names)
+    plain_help(command, command.context_class(command, info_name=command.name))
     if not _PLAIN:  # pragma: no cover - another Typer
         return
     for param in command.params:
@@ -209,6 +257,25 @@ def plain_params(command: Any) -> None:
     if isinstance(commands, dict):
         for sub in commands.values():
             plain_params(sub)
+
+
+def _plain_display(param: Any) -> None:
+    """A flag without a value placeholder; an argument as ``NAME`` / ``[NAME]`` on the
+    usage line (Typer 0.29 shows ``<bool>`` and ``{name}``)."""
+    if isinstance(param, TyperOption):
+        if param.is_flag and param.metavar is None:
+            param.metavar = ""  # shown as the option's type: nothing
+    elif isinstance(param, TyperArgument):
+        if param.metavar is None and param.name:
+            param.metavar = param.name.upper()
+        if hasattr(param, "_usage_display_name"):
+            param._usage_display_name = lambda: _usage_name(param)  # type: ignore[method-assign]
+
+
+def _usage_name(param: Any) -> str:
+    name = str(param.metavar)
+    name = name if param.required else f"[{name}]"
+    return name + ("..." if param.nargs != 1 else "")
 
 
 def _make_plain(param: Any) -> None:

@@ -1,9 +1,11 @@
 """What a stored session remembers of how it ran: the plan file, by path and content digest.
 
 ``run`` and ``chat`` write ``<stem>.meta.json`` beside a context-persistent transcript
-when their session creates it (as its writer; a resume leaves it as it is)::
+when their session creates it (as its writer; a resume leaves it as it is):
 
-    {"session_id": "…", "plan": {"path": "/abs/plan.yaml", "sha256": "…"}, "updated": "…"}
+```json
+{"session_id": "…", "plan": {"path": "/abs/plan.yaml", "sha256": "…"}, "updated": "…"}
+```
 
 (``"plan": null`` when the plan was built from the command line: the demo, ``--provider``).
 ``chat --resume ID`` and ``run --resume ID`` without ``--plan`` resume under that plan

@@ -1,7 +1,7 @@
 """``amplifier-anyio chat``: a REPL — many turns on one session, saved and resumable.
 
 The conversation is kept by context-persistent under the sessions directory (see
-:mod:`.sessions`), so ``chat --resume ID`` continues it, in this process or a later one.
+`sessions`), so ``chat --resume ID`` continues it, in this process or a later one.
 
 Ctrl-C is read as a signal (``anyio.open_signal_receiver``), on asyncio and trio alike,
 never as a KeyboardInterrupt in the middle of the session's code: while a turn runs, the
@@ -19,6 +19,7 @@ import contextlib
 import enum
 import json
 import os
+import re
 import signal
 import stat
 import sys
@@ -68,7 +69,7 @@ from .run import (
 )
 from .sessions import SessionInfo, describe_message, describe_pending, find_session
 
-__all__ = ("chat_command", "chat_plan", "LineReader", "PROMPT")
+__all__ = ("chat_command", "chat_plan", "transcript_markdown", "LineReader", "PROMPT")
 
 PROMPT = "you> "
 """What the REPL shows when it waits for a line."""
@@ -78,7 +79,7 @@ _RECAP = 10  # messages of a resumed conversation shown before the first prompt
 HELP = """\
 /exit              leave (also Ctrl-D, or Ctrl-C twice at the prompt)
 /reset             start a new session (the old one stays saved)
-/save [FILE]       write the conversation to FILE (.jsonl: the stored messages; else text)
+/save [FILE]       write the conversation to FILE (.md: Markdown; .jsonl: the stored messages)
 /events on|off     print the event stream live
 /session           the session's id and transcript file
 /approve CALL allow|deny   decide a tool call waiting for approval ("all" for every one)
@@ -160,7 +161,7 @@ _RESET = "reset"
 
 
 class _Repl:
-    """The chat loop; its Ctrl-C handling follows :class:`_State`."""
+    """The chat loop; its Ctrl-C handling follows `_State`."""
 
     def __init__(
         self,
@@ -295,8 +296,10 @@ class _Repl:
     def _attach(self, session: AmplifierSession) -> None:
         hooks = session.coordinator.hooks
         print_events(session, lambda: self.events)
-        hooks.register(CONTENT_BLOCK_START, self._on_block_start, name="cli-chat-stream")
-        hooks.register(CONTENT_BLOCK_DELTA, self._on_delta, name="cli-chat-stream")
+        hooks.register(
+            CONTENT_BLOCK_START, self._on_block_start, name="cli-chat-stream", inline=True
+        )
+        hooks.register(CONTENT_BLOCK_DELTA, self._on_delta, name="cli-chat-stream", inline=True)
 
     def _banner(
         self, session: AmplifierSession, path: Path, history: list[dict[str, Any]], resumed: bool
@@ -454,6 +457,8 @@ class _Repl:
         path = Path(argument or f"chat-{session.session_id[:8]}.md")
         if path.suffix == ".jsonl":
             text = "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in messages)
+        elif path.suffix.lower() in (".md", ".markdown"):
+            text = transcript_markdown(messages, session.session_id)
         else:
             text = "".join(line + "\n" for m in messages for line in describe_message(m))
         try:
@@ -462,6 +467,61 @@ class _Repl:
             say(f"error: /save {path}: {exc.strerror or exc}")
             return
         say(f"(saved {len(messages)} messages to {path})")
+
+
+def transcript_markdown(messages: list[dict[str, Any]], session_id: str) -> str:
+    """The conversation as Markdown (``/save FILE.md``): a heading per message naming its
+    role, the text as it is, each tool call's arguments and each tool result in a fenced
+    block (JSON pretty-printed)."""
+    parts = [f"# Chat session {session_id}"]
+    for message in messages:
+        role = str(message.get("role", "?"))
+        if role == "tool":
+            name = message.get("name") or "tool"
+            parts.append(f"## Tool result: `{name}` ({_call_id(message.get('tool_call_id'))})")
+            parts.append(_fenced(_message_text(message)))
+            continue
+        parts.append(f"## {role.capitalize()}")
+        text = _message_text(message).strip()
+        if text:
+            parts.append(text)
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            name = call.get("name") or function.get("name", "?")
+            arguments = call.get("arguments", function.get("arguments", {}))
+            parts.append(f"Tool call `{name}` ({_call_id(call.get('id'))}):")
+            parts.append(_fenced(arguments))
+    return "\n\n".join(parts) + "\n"
+
+
+def _call_id(call_id: Any) -> str:
+    return f"call `{call_id}`" if call_id else "call"
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(
+            str(block.get("text", ""))
+            for block in content
+            if isinstance(block, dict) and block.get("type") == "text"
+        )
+    return "" if content is None else str(content)
+
+
+def _fenced(value: Any) -> str:
+    """``value`` in a fenced block: JSON (text that parses as JSON too) pretty-printed,
+    anything else as text; the fence is longer than any run of backticks inside."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = json.loads(value)
+    if isinstance(value, str):
+        body, language = value, "text"
+    else:
+        body, language = json.dumps(value, ensure_ascii=False, indent=2, default=str), "json"
+    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{body.rstrip()}\n{fence}"
 
 
 async def _messages(context: Any) -> list[dict[str, Any]]:

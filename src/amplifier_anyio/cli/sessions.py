@@ -4,7 +4,8 @@ A session is a directory ``<home>/projects/<slug>/sessions/<id>/`` holding
 ``context-messages.jsonl`` (context-persistent's file; ``<home>`` is ``$AMPLIFIER_HOME``,
 default ``~/.amplifier``; ``<slug>`` names the working directory). ``list`` shows the
 sessions of the working directory (``--all``: of every directory), newest first; ``show``
-prints one conversation; ``rm`` deletes one. A session is named by its id or by an
+prints one conversation; ``rm`` deletes one (asking first on a terminal; ``--yes`` does
+not ask, and off a terminal is required). A session is named by its id or by an
 unambiguous prefix of it, in any project.
 
 ``approve ID CALL allow|deny`` decides a tool call a turn left waiting for approval
@@ -16,14 +17,15 @@ running session's too), and ``approve`` appends to the transcript's decisions fi
 the session's writer takes in when the turn resumes. ``rm`` takes the session's writer
 lock first, so it refuses a session a process has open.
 
-Each sub-command is one function registered on :data:`app` (``@app.command("name")``)
-and resolves its ``ID`` with :func:`find_session`.
+Each sub-command is one function registered on `app` (``@app.command("name")``)
+and resolves its ``ID`` with `find_session`.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -236,9 +238,24 @@ def _pending(info: SessionInfo) -> list[PendingApproval]:
 @app.command("rm")
 def rm_command(
     session_id: Annotated[str, typer.Argument(metavar="ID", help="A session id (or prefix).")],
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Delete without asking (needed off a terminal).")
+    ] = False,
 ) -> None:
-    """Delete a saved session (its whole directory); not one a process has open."""
+    """Delete a saved session (its whole directory), after asking on a terminal; never
+    one a process has open."""
     info = find_session(session_id)
+    if not yes:
+        if not sys.stdin.isatty():
+            msg = f"sessions rm {info.session_id}: no terminal to ask on; add --yes to delete it"
+            raise fail(msg)
+        question = (
+            f"delete session {info.session_id} ({info.messages} messages, "
+            f"{info.updated:%Y-%m-%d %H:%M}, {info.title!r})?"
+        )
+        if not typer.confirm(one_line(question), default=False, err=True):
+            say(f"kept session {info.session_id}")
+            raise typer.Exit(1)
     try:
         held = _store.acquire_writer(info.path)  # as its writer: no session has it open
     except (SessionError, ContextFileError) as exc:

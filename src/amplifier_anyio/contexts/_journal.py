@@ -1,5 +1,5 @@
 """The tool-call journal of context-persistent: its records, their fold, and the recovery of
-a history from messages plus journal (pure functions; the file work is in :mod:`._jsonl`).
+a history from messages plus journal (pure functions; the file work is in `_jsonl`).
 
 The journal is a JSON-lines file beside the messages. Every record names its call by
 ``call_id`` and ``at``: the position in the history right after the assistant message that
@@ -11,7 +11,7 @@ made the call (so an id a provider reuses in a later turn is another call). Reco
 - ``deferred`` (``tool``, ``input``, ``prompt``, ``hold``): the call waits for an approval
   (``hold`` names this deferral; a later deferral of the same call forgets the decision
   of an earlier one);
-- ``decided`` (``decision``: ``allow`` | ``deny``, ``digest``: :func:`call_digest` of the
+- ``decided`` (``decision``: ``allow`` | ``deny``, ``digest``: `call_digest` of the
   tool and arguments decided on, ``hold``, ``id``: the decision's own id when it came from
   the decisions file): the approval's answer, bound to the call as it was shown.
 
@@ -92,7 +92,7 @@ class CallState:
     """The id of the deferral the call waits in (None in a journal older than holds)."""
     decision: str | None = None
     digest: str | None = None
-    """The :func:`call_digest` the decision was made on."""
+    """The `call_digest` the decision was made on."""
     decision_ids: set[str] = attrs.field(factory=set)
     """Ids of the outside decisions already taken into this journal."""
 
@@ -487,7 +487,7 @@ def outside_decisions(
 
 
 def check_approved(state: CallState | None, tool: str, arguments: Any) -> None:
-    """Raise :class:`ArgumentsChangedError` when ``state`` is an allowed call and ``tool`` /
+    """Raise `ArgumentsChangedError` when ``state`` is an allowed call and ``tool`` /
     ``arguments`` are not what the decision was made on."""
     if state is None or state.deferred is None or state.decision != "allow":
         return

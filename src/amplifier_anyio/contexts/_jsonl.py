@@ -5,8 +5,8 @@ The file holds one JSON message per line (UTF-8, ``\\n`` terminated). Appends ar
 disk) is cut off again. Rewrites go to a temporary file in the same directory, are
 fsynced, then ``os.replace``-d over the old file, and the directory is fsynced, so a crash
 leaves either the old file or the new one. An ``OSError`` that fails a read, an append or
-a rewrite becomes a :class:`ContextFileError` naming the file, with the ``OSError`` as its
-cause.
+a rewrite becomes a [`ContextFileError`][amplifier_anyio.errors.ContextFileError] naming the file,
+with the ``OSError`` as its cause.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ __all__ = (
 
 
 class AppendError(ContextFileError):
-    """An append failed. The file is as it was before, unless :attr:`undo_to` is set.
+    """An append failed. The file is as it was before, unless `undo_to` is set.
 
     ``undo_to`` is the size the file had before the failed write, when cutting the torn
-    bytes off failed too: the next :func:`append_line` must get it, so that it cuts them
+    bytes off failed too: the next `append_line` must get it, so that it cuts them
     off before it appends anything.
     """
 
@@ -63,7 +63,7 @@ def append_line(path: Path, data: bytes, undo_to: int | None = None) -> None:
     """Append ``data`` (whole lines) and fsync; create the file (and fsync its directory).
 
     All or nothing: when the write or the fsync fails, the file is truncated back to its
-    old size and fsynced before :class:`AppendError` is raised. If that fails too, the
+    old size and fsynced before `AppendError` is raised. If that fails too, the
     error's ``undo_to`` says where the torn bytes start; given back here as ``undo_to``,
     they are cut off first, and nothing is appended while that fails. ``data`` never
     continues a line this function did not finish: after bytes without a final newline
@@ -114,7 +114,7 @@ def _append(path: Path, fd: int, data: bytes, undo_to: int | None) -> None:
 
 
 def append_fd(path: Path, fd: int, data: bytes) -> None:
-    """:func:`append_line` on a descriptor the caller opened (``O_APPEND``) and closes."""
+    """`append_line` on a descriptor the caller opened (``O_APPEND``) and closes."""
     _append(path, fd, data, None)
 
 
@@ -162,14 +162,14 @@ def read_messages(path: Path) -> tuple[list[dict[str, Any]], bool]:
 
     An unterminated last line is a write cut short by a crash: it is dropped when it does
     not parse (and kept when it does; only its newline was lost). Any other bad line
-    raises :class:`ContextFileError` naming the line.
+    raises [`ContextFileError`][amplifier_anyio.errors.ContextFileError] naming the line.
     """
     messages, _, torn = read_lines(path)
     return messages, torn
 
 
 def read_lines(path: Path) -> tuple[list[dict[str, Any]], list[int], bool]:
-    """:func:`read_messages`, with the length in characters of each message's line."""
+    """`read_messages`, with the length in characters of each message's line."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -148,6 +148,6 @@ def _normalise(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_model(message: dict[str, Any]) -> Message:
-    """The :class:`~amplifier_anyio.models.Message` of a context's message dict."""
+    """The [`Message`][amplifier_anyio.Message] of a context's message dict."""
     converted: Message = structure(_normalise(message), Message)
     return converted

@@ -3,7 +3,7 @@
 - ``<stem>.lock``: the one-writer lock (DESIGN §15). A writing context holds an exclusive
   ``flock`` on it for as long as it is open and writes its pid into it, so a second writer
   (another process, or another context object of this process: ``flock`` locks belong to
-  an open file, not to a process) is refused with :class:`SessionError` naming the
+  an open file, not to a process) is refused with `SessionError` naming the
   holder. The operating system drops the lock when its holder dies, whatever way (a
   SIGKILL too); the file itself stays (removing it would race with the next writer).
 - ``<stem>.decisions.jsonl``: approvals decided from outside a running session (``sessions
@@ -59,7 +59,7 @@ def _no_fcntl(what: str) -> SessionError:
 def acquire_writer(transcript: Path) -> int:
     """Take the writer lock of ``transcript``; the descriptor that holds it.
 
-    Raises :class:`SessionError` naming the holder's pid when another writer has it.
+    Raises `SessionError` naming the holder's pid when another writer has it.
     """
     if fcntl is None:  # pragma: no cover - not POSIX
         raise _no_fcntl(str(transcript))

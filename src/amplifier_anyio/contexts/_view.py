@@ -4,17 +4,17 @@ A request used to cost O(history): every message copied, converted to a ``Messag
 scanned for unanswered tool calls, and (above the threshold) the whole history compacted
 again. Here each piece is kept and only extended by what was added since:
 
-- :class:`Units` groups the history into compaction units (a tool call with its answers)
-  as messages arrive, the same grouping as :func:`~.compaction.compact` (union-find over
-  tool call ids; a unit's root is its first message), with each unit's estimate and the
+- `Units` groups the history into compaction units (a tool call with its answers)
+  as messages arrive, the same grouping as [`compact`][amplifier_anyio.contexts.compact] (union-find
+  over tool call ids; a unit's root is its first message), with each unit's estimate and the
   protected units (system and developer messages, the first user message);
-- :class:`Cut` is the sticky compaction decision: every unprotected unit whose root is
-  below :attr:`Cut.root` is left out. New messages extend the view; the cut moves only
+- `Cut` is the sticky compaction decision: every unprotected unit whose root is
+  below `Cut.root` is left out. New messages extend the view; the cut moves only
   when the view's estimate exceeds the threshold again, and then only forward, by
   dropping the oldest kept units (each message is dropped at most once);
-- :class:`Repair` answers unanswered tool calls over the view, as
-  :func:`~amplifier_anyio.runtime.answer_orphaned_calls` does over dicts; everything
-  before the last still-open tool run is final and kept.
+- `Repair` answers unanswered tool calls over the view, as
+  [`answer_orphaned_calls`][amplifier_anyio.runtime.answer_orphaned_calls] does over dicts;
+  everything before the last still-open tool run is final and kept.
 
 A late answer to a call of a unit that was left out, or a message that joins two older
 units, changes an older unit: then the view is rebuilt from the cut (O(history), once).
@@ -45,7 +45,7 @@ class RequestView:
     to the next: never change them); the list is new for each request, so a caller may
     append to it. ``repaired`` are the ids of the tool calls no message answered, which
     ``messages`` answers with the lost-result message (see
-    :func:`~amplifier_anyio.runtime.answer_orphaned_calls`).
+    [`answer_orphaned_calls`][amplifier_anyio.runtime.answer_orphaned_calls]).
     """
 
     messages: list[Message]
@@ -130,17 +130,17 @@ class Cut:
     root: int = 0
     """Unprotected units whose root is below this are left out."""
     roots_from: int = 0
-    """Where in :attr:`Units.roots` the next unit to drop is looked for."""
+    """Where in `Units.roots` the next unit to drop is looked for."""
     target: int = 0
     """The target of the last compaction (the notice is added when it fits it)."""
     keys: list[int] = attrs.field(factory=list)
-    """History indices of the view, in order, and :data:`NOTICE` once it is placed."""
+    """History indices of the view, in order, and `NOTICE` once it is placed."""
     upto: int = 0
     kept_tokens: int = 0
     dropped: int = 0
     last_dropped: int = -1
     notice: bool = False
-    """Whether the view has the notice (placed in :attr:`keys`, or else at its end)."""
+    """Whether the view has the notice (placed in `keys`, or else at its end)."""
     placed: bool = False
 
 

@@ -1,6 +1,7 @@
 """Fit a conversation into a token budget, without touching it.
 
-:func:`compact` is a pure function over plain message dicts. What it keeps, always:
+[`compact`][amplifier_anyio.contexts.compact] is a pure function over plain message dicts. What it
+keeps, always:
 
 - every ``system`` (and ``developer``) message and the first ``user`` message, together
   with any tool-pair group they belong to ("protected" messages);
@@ -10,11 +11,12 @@
 
 Of the other units it keeps the newest ones that fit and drops the older ones, oldest
 first (the kept units are always a suffix of the unprotected units). Where something was
-dropped it puts one notice message, built by :func:`compaction_notice`: role ``user``
-(a ``<system-reminder>``, as Amplifier's own compaction notice, because every provider
-accepts a user message at any point of a conversation), marked with ``metadata``
-``{"compaction_notice": True, "dropped": n, "source": "context-compaction",
-"ephemeral": True}``. The notice is only added when it fits the budget too.
+dropped it puts one notice message, built by
+[`compaction_notice`][amplifier_anyio.contexts.compaction_notice]: role ``user`` (a
+``<system-reminder>``, as Amplifier's own compaction notice, because every provider accepts a user
+message at any point of a conversation), marked with ``metadata`` ``{"compaction_notice": True,
+"dropped": n, "source": "context-compaction", "ephemeral": True}``. The notice is only added when it
+fits the budget too.
 
 The result is the input's own dict objects (plus the notice); when everything fits it is
 an equal list of the same objects. The work is one pass to group the messages (union-find
@@ -36,7 +38,7 @@ Estimator = Callable[[Mapping[str, Any]], int]
 """A per-message token estimator: ``estimate(message) -> int``."""
 
 PROTECTED_ROLES: tuple[str, ...] = ("system", "developer")
-"""Roles whose messages :func:`compact` never drops."""
+"""Roles whose messages [`compact`][amplifier_anyio.contexts.compact] never drops."""
 
 _NOTICE_SOURCE = "context-compaction"
 
@@ -62,7 +64,8 @@ def compaction_notice(dropped: int) -> dict[str, Any]:
 
 
 def is_compaction_notice(message: Mapping[str, Any]) -> bool:
-    """Whether ``message`` is a notice made by :func:`compaction_notice`."""
+    """Whether ``message`` is a notice made by
+    [`compaction_notice`][amplifier_anyio.contexts.compaction_notice]."""
     metadata = message.get("metadata")
     return isinstance(metadata, Mapping) and metadata.get("compaction_notice") is True
 

@@ -12,12 +12,14 @@ Every decision is bound to the call as it was shown: the digest of its tool name
 arguments (a resume that would run the call with other arguments denies it instead) and
 the deferral it answers (a call deferred again needs a new decision). Each is taken once.
 
-A CLI wires them as::
+A CLI wires them as:
 
-    amplifier-anyio sessions approve SESSION_ID CALL_ID allow|deny
-        -> await approve_session(SESSION_ID, {CALL_ID: "allow"})
-    chat, after a turn that ended awaiting_approval
-        -> result.pending_approvals (or await pending_approvals(path) for a stored one)
+```text
+amplifier-anyio sessions approve SESSION_ID CALL_ID allow|deny
+    -> await approve_session(SESSION_ID, {CALL_ID: "allow"})
+chat, after a turn that ended awaiting_approval
+    -> result.pending_approvals (or await pending_approvals(path) for a stored one)
+```
 """
 
 from __future__ import annotations
@@ -59,9 +61,10 @@ async def approve(
     and its journal are not touched. Returns the calls still waiting for a decision.
 
     A decision may be changed until the session resumes (the last one wins). Raises
-    :class:`SessionError` naming a call id that is not held, or a decision that is neither
-    allow nor deny (then nothing is recorded), and
-    :class:`~amplifier_anyio.errors.ContextFileError` when a file cannot be read or written.
+    [`SessionError`][amplifier_anyio.SessionError] naming a call id that is not held, or a
+    decision that is neither allow nor deny (then nothing is recorded), and
+    [`ContextFileError`][amplifier_anyio.errors.ContextFileError] when a file cannot be read
+    or written.
     """
     async with PersistentContextManager(path, read_only=True) as manager:
         try:
@@ -82,6 +85,6 @@ async def approve(
 async def approve_session(
     session_id: str, approvals: Mapping[str, str], *, cwd: Path | None = None
 ) -> list[PendingApproval]:
-    """:func:`approve` on the transcript Amplifier keeps for ``session_id`` (see
-    :func:`~amplifier_anyio.contexts.persistent.default_path`; ``cwd`` picks the project)."""
+    """[`approve`][amplifier_anyio.contexts.approve] on the transcript Amplifier keeps for
+    ``session_id`` (see `default_path`; ``cwd`` picks the project)."""
     return await approve(default_path(session_id, cwd), approvals)

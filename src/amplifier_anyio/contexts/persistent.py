@@ -1,16 +1,16 @@
 """context-persistent: context-simple whose history survives the process.
 
 Every message is one JSON line of the file, appended and fsynced in a worker thread before
-:meth:`~PersistentContextManager.add_message` returns; :meth:`set_messages` and
-:meth:`clear` rewrite the file atomically. Loading (lazily on first use, or through
-:meth:`~PersistentContextManager.load`) drops a torn last line, rejects any other bad line
-with :class:`ContextFileError`, and closes every tool call that has no result (the process
-died while the tool ran) with an *interrupted* result — see :func:`interrupted_result` —
-so a resumed conversation never sends an orphaned tool call. A repaired file is rewritten
-at once.
+[`add_message`][amplifier_anyio.contexts.PersistentContextManager.add_message] returns;
+`set_messages` and `clear` rewrite the file atomically. Loading (lazily on first use, or through
+[`load`][amplifier_anyio.contexts.PersistentContextManager.load]) drops a torn last line, rejects
+any other bad line with [`ContextFileError`][amplifier_anyio.errors.ContextFileError], and closes
+every tool call that has no result (the process died while the tool ran) with an *interrupted*
+result — see [`interrupted_result`][amplifier_anyio.contexts.interrupted_result] — so a resumed
+conversation never sends an orphaned tool call. A repaired file is rewritten at once.
 
 Beside the messages it keeps a journal of tool calls (``<name>.journal.jsonl``; see
-:mod:`._journal` and ``docs/durable.md``): the tool batch records each call as started
+`_journal` and ``docs/durable.md``): the tool batch records each call as started
 before it runs and as finished with its result, fsynced, so a load after a crash gives a
 finished call its real result (it never runs twice), answers one that was running as
 interrupted (or leaves it to ``session.resume()`` when its tool is idempotent), and keeps
@@ -18,16 +18,17 @@ calls that wait for an approval.
 
 An append that fails (a full disk) fails whole: the file is cut back to what it was and
 the messages are not added to the history either; the error is a
-:class:`ContextFileError`.
+[`ContextFileError`][amplifier_anyio.errors.ContextFileError].
 
 One writer per file (DESIGN §15): a writing manager takes an OS lock beside the file
-(``<name>.lock``, holding its pid) when it loads, and keeps it until :meth:`aclose` (the
+(``<name>.lock``, holding its pid) when it loads, and keeps it until ``aclose()`` (the
 module's cleanup); a second writer — another process, or another manager in this one —
-gets :class:`SessionError` naming the holder. ``read_only=True`` opens the file without
-the lock and never writes anything: it repairs only in memory, which is what every
-inspecting path (``sessions show``, :func:`~amplifier_anyio.contexts.pending_approvals`,
-``validate``) uses. Approvals decided from outside reach the writer through an
-append-only decisions file (``<name>.decisions.jsonl``) that it takes into its journal.
+gets [`SessionError`][amplifier_anyio.SessionError] naming the holder. ``read_only=True``
+opens the file without the lock and never writes anything: it repairs only in memory,
+which is what every inspecting path (``sessions show``,
+[`pending_approvals`][amplifier_anyio.contexts.pending_approvals], ``validate``) uses.
+Approvals decided from outside reach the writer through an append-only decisions file
+(``<name>.decisions.jsonl``) that it takes into its journal.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import anyio.to_thread
 
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, SessionError
+from ..kernel._offload import BlockingLane
 from ..kernel._turns import PendingApproval
 from . import _journal, _jsonl, _store
 from ._journal import ResumeWork
@@ -82,12 +84,15 @@ CONTEXT_MESSAGES_FILENAME = "context-messages.jsonl"
 """The file name Amplifier uses inside a session directory."""
 
 AMPLIFIER_HOME_ENV = "AMPLIFIER_HOME"
-"""The environment variable that moves :func:`amplifier_home` (default ``~/.amplifier``)."""
+"""The environment variable that moves `amplifier_home` (default ``~/.amplifier``)."""
 
 INTERRUPTED_ERROR = _journal.INTERRUPTED_ERROR
 
 MODULE_ID = "context-persistent"
 
+
+DECISION_SETTLE = 10.0
+"""Seconds a cancelled ``journal_decide`` waits for a decision write already under way."""
 
 JOURNAL_COMPACT_AT = 512
 """Journal records after which a batch's results, once written, drop the journal (when no
@@ -135,17 +140,21 @@ def close_interrupted_tool_calls(
 
 
 class PersistentContextManager(SimpleContextManager):
-    """A :class:`SimpleContextManager` that keeps its history in a JSON-lines file.
+    """A [`SimpleContextManager`][amplifier_anyio.contexts.SimpleContextManager] that keeps its
+    history in a JSON-lines file.
 
     Same view, budget, compaction and events as the parent. After it loaded a non-empty
-    history from its own file, :meth:`set_messages` is ignored (Amplifier's rule: on
-    resume the file is the full history, and what a host passes back is a filtered
-    copy); :meth:`clear` ends that, since the file is then empty.
+    history from its own file,
+    [`set_messages`][amplifier_anyio.contexts.PersistentContextManager.set_messages] is ignored
+    (Amplifier's rule: on resume the file is the full history, and what a host passes back is a
+    filtered copy); [`clear`][amplifier_anyio.contexts.PersistentContextManager.clear] ends that,
+    since the file is then empty.
 
-    A writing manager holds the file's writer lock from its load until :meth:`aclose`
-    (or until it is garbage-collected); ``read_only=True`` never locks and never writes —
-    every method that would write raises :class:`SessionError`. ``async with`` loads and
-    closes it.
+    A writing manager holds the file's writer lock from its load until
+    [`aclose`][amplifier_anyio.contexts.PersistentContextManager.aclose] (or until it is
+    garbage-collected); ``read_only=True`` never locks and never writes — every method that
+    would write raises [`SessionError`][amplifier_anyio.SessionError]. ``async with`` loads
+    and closes it.
     """
 
     def __init__(
@@ -171,6 +180,11 @@ class PersistentContextManager(SimpleContextManager):
         self._estimates_from_lines = estimator is None
         self.path = Path(path)
         self._lock = anyio.Lock()
+        # Every write, fsync, rename and unlink of the file (and of the journal) runs on a
+        # lane: a caller whose bound expires stops waiting, and the next write waits for
+        # the stuck one instead of interleaving with it (DESIGN §3, bounded OS waits).
+        self._file_lane = BlockingLane()
+        self._journal_lane = BlockingLane()
         self._loaded = False
         self._loaded_from_file = False
         self._undo_to: int | None = None  # where torn bytes of a failed append start
@@ -197,7 +211,8 @@ class PersistentContextManager(SimpleContextManager):
 
     async def load(self) -> None:
         """Read the file now (once; later calls only checkpoint). A writing manager takes
-        the writer lock first: :class:`SessionError` names the holder if another has it."""
+        the writer lock first: [`SessionError`][amplifier_anyio.SessionError] names the
+        holder if another has it."""
         await self._ready()
 
     @property
@@ -230,8 +245,11 @@ class PersistentContextManager(SimpleContextManager):
     async def add_message(self, message: dict[str, Any]) -> None:
         """Append a copy of ``message`` to the file (fsynced) and to the history.
 
-        If writing fails, :class:`ContextFileError` is raised and neither the file nor
-        the history has the message.
+        If writing fails, [`ContextFileError`][amplifier_anyio.errors.ContextFileError] is raised
+        and neither the file nor the history has the message. If the caller stops waiting (a bounded
+        write gave up, a cancel), the history does not have it either: an assistant message whose
+        calls would then run is withdrawn; should the stuck write land later, a reload
+        closes its calls as interrupted.
         """
         self._writable()
         stored, cost = self._prepare(message)
@@ -244,17 +262,29 @@ class PersistentContextManager(SimpleContextManager):
     async def add_messages(self, messages: list[dict[str, Any]]) -> None:
         """Append several messages with one write and one fsync (one tool batch's results).
 
-        All or none: if writing fails, :class:`ContextFileError` is raised and neither the
-        file nor the history has any of them. A crash mid-write leaves at most a torn last
-        line, which loading ignores; calls whose results were lost are then closed as
-        interrupted.
+        All or none: if writing fails, [`ContextFileError`][amplifier_anyio.errors.ContextFileError]
+        is raised and neither the file nor the history has any of them. A crash mid-write leaves at
+        most a torn last line, which loading ignores; calls whose results were lost are then closed
+        as interrupted.
+
+        If the caller stops waiting while the write is under way (a bounded write gave up,
+        a cancel), the messages are kept in the live history all the same: they are a
+        batch's results, and the history the turn goes on with must answer every call.
+        The file catches up when the stuck write lands; if it never does, a reload closes
+        those calls as interrupted.
         """
         self._writable()
         prepared = [self._prepare(message) for message in messages]
         lines = b"".join(_jsonl.encode(stored) for stored, _ in prepared)
         async with self._lock:
             await self._load_locked()
-            await self._append_locked(lines)
+            try:
+                await self._append_locked(lines)
+            except anyio.get_cancelled_exc_class():
+                if self._file_lane.busy:  # given up on mid-write: answered in memory
+                    for stored, cost in prepared:
+                        self._append(stored, cost)
+                raise
             for stored, cost in prepared:
                 self._append(stored, cost)
         if len(self._records) >= JOURNAL_COMPACT_AT:
@@ -266,7 +296,7 @@ class PersistentContextManager(SimpleContextManager):
         async with self._journal_lock:
             if self._journal_queue or _journal.placeholders(self._messages):
                 return
-            await anyio.to_thread.run_sync(_unlink, self.journal_path)
+            await self._journal_lane.run(_unlink, self.journal_path)
             self._records, self._states, self._journal_undo = [], {}, None
 
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
@@ -349,10 +379,10 @@ class PersistentContextManager(SimpleContextManager):
             logger.warning("%s: cannot empty the decisions file: %s", self.path, exc)
 
     async def _append_locked(self, data: bytes) -> None:
-        # not abandoned on cancel: the thread finishes either way, and what it reports
-        # (written, or not written at all) is what the history must follow
+        # Abandoned only when the caller's bound expires: until then what the thread
+        # reports (written, or not written at all) is what the history follows.
         try:
-            await anyio.to_thread.run_sync(_jsonl.append_line, self.path, data, self._undo_to)
+            await self._file_lane.run(_jsonl.append_line, self.path, data, self._undo_to)
         except _jsonl.AppendError as exc:
             self._undo_to = exc.undo_to
             raise
@@ -362,12 +392,12 @@ class PersistentContextManager(SimpleContextManager):
         self, prepared: list[tuple[dict[str, Any], int]], *, keep_journal: bool = False
     ) -> None:
         lines = [_jsonl.encode(stored) for stored, _ in prepared]
-        await anyio.to_thread.run_sync(_jsonl.rewrite, self.path, lines)
+        await self._file_lane.run(_jsonl.rewrite, self.path, lines)
         self._undo_to = None  # the new file has no torn bytes
         self._replace(prepared)
         if not keep_journal:  # a new history: positions of the old one mean nothing now
             async with self._journal_lock:
-                await anyio.to_thread.run_sync(_unlink, self.journal_path)
+                await self._journal_lane.run(_unlink, self.journal_path)
                 self._records, self._states, self._journal_undo = [], {}, None
 
     # -- the tool-call journal (the tool batch's optional protocol) -------------------------
@@ -385,7 +415,7 @@ class PersistentContextManager(SimpleContextManager):
         """Record, fsynced, that a call is about to run; returns its idempotency key.
 
         An allowed call whose tool or arguments are not what the decision was made on
-        raises :class:`~amplifier_anyio.contexts._journal.ArgumentsChangedError` (nothing is
+        raises `ArgumentsChangedError` (nothing is
         recorded; the batch answers the call as denied and does not run it).
         """
         self._writable()
@@ -447,8 +477,8 @@ class PersistentContextManager(SimpleContextManager):
         await self._ready()
         await self._take_decisions()  # older than these: they must not win over them
         records = _decision_records(self._messages, self._states, approvals)
-        if records:
-            await self._journal_append(*records)
+        if records:  # begun, the write is waited for: a cancel then comes after it landed
+            await self._journal_append(*records, settle=DECISION_SETTLE)
 
     def held_calls(self) -> list[tuple[str, str]]:
         """``(call id, tool)`` of the last batch's held calls that a resume would run or
@@ -465,7 +495,7 @@ class PersistentContextManager(SimpleContextManager):
         return _journal.pending_of(self._messages, self._states, undecided=True)
 
     async def resume_work(self) -> ResumeWork:
-        """What resuming the last tool batch involves (see :class:`ResumeWork`), with the
+        """What resuming the last tool batch involves (see `ResumeWork`), with the
         decisions made from outside taken first."""
         await self._ready()
         if not self.read_only and not self._closed:
@@ -491,12 +521,14 @@ class PersistentContextManager(SimpleContextManager):
             if replaced:
                 await self._rewrite_locked(prepared, keep_journal=True)
 
-    async def _journal_append(self, *records: dict[str, Any]) -> None:
+    async def _journal_append(self, *records: dict[str, Any], settle: float | None = None) -> None:
         """Append records, fsynced, all in one write; records queued meanwhile share it.
 
         Records whose caller is cancelled before they are written are withdrawn, and
         those of a failed write are not tried again for a caller that got the error: a
-        record is written while its caller waits for it, or never.
+        record is written while its caller waits for it, or never. ``settle``: once the
+        write has started, a cancel waits up to that many seconds for it to land (so the
+        caller knows it did), instead of abandoning it.
         """
         self._journal_queue.extend(records)
         self._journal_enqueued += len(records)
@@ -513,9 +545,15 @@ class PersistentContextManager(SimpleContextManager):
             upto = self._journal_enqueued
             data = b"".join(_jsonl.encode(r) for r in batch)
             try:
-                await anyio.to_thread.run_sync(
-                    _jsonl.append_line, self.journal_path, data, self._journal_undo
-                )
+                with anyio.CancelScope(shield=settle is not None) as bound:
+                    if settle is not None:
+                        bound.deadline = anyio.current_time() + settle
+                    await self._journal_lane.run(
+                        _jsonl.append_line, self.journal_path, data, self._journal_undo
+                    )
+                if bound.cancelled_caught:
+                    msg = f"the journal write did not land within {settle} s"
+                    raise _jsonl.ContextFileError(self.journal_path, None, msg)
             except _jsonl.AppendError as exc:
                 self._journal_undo = exc.undo_to
                 # the other waiters' records: their next writer tries them again
@@ -572,8 +610,8 @@ def _load(
 ) -> tuple[list[dict[str, Any]], list[int], int, list[dict[str, Any]]]:
     """Read, settle against the journal, repair (rewriting the files if needed, unless
     ``read_only``: then in memory only) and estimate (``estimator`` None: from the length
-    of each message's line, see :func:`line_estimate`); runs in a worker thread. Returns
-    the journal records still needed."""
+    of each message's line, see `line_estimate`); runs in a worker thread. Returns the
+    journal records still needed."""
     if not read_only:  # the writer holds the lock: any temp file is a dead writer's
         _jsonl.remove_stale_temp_files(path)
         _jsonl.remove_stale_temp_files(journal)
@@ -672,7 +710,7 @@ def amplifier_home() -> Path:
 def default_path(session_id: str, cwd: Path | None = None) -> Path:
     """Amplifier's location: ``<home>/projects/<slug>/sessions/<id>/context-messages.jsonl``.
 
-    ``<home>`` is :func:`amplifier_home` (``~/.amplifier`` unless ``AMPLIFIER_HOME`` is
+    ``<home>`` is `amplifier_home` (``~/.amplifier`` unless ``AMPLIFIER_HOME`` is
     set); ``<slug>`` is the working directory's name, ``-``, and the first 8 hex digits of
     the SHA-256 of its full path.
     """
@@ -689,9 +727,9 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Clean
     cleanup it returns lets the writer lock go.
 
     The file is ``config["path"]`` (or Amplifier's key ``transcript_path``), else
-    :func:`default_path` of the coordinator's ``session_id``. Its directory is created
+    `default_path` of the coordinator's ``session_id``. Its directory is created
     now; a path that is a directory, or whose directory cannot be created, is a
-    :class:`ConfigError` naming the key.
+    [`ConfigError`][amplifier_anyio.ConfigError] naming the key.
     """
     config = config or {}
     settings = settings_from_config(config, module=MODULE_ID)

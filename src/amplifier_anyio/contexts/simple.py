@@ -1,18 +1,19 @@
 """context-simple: the whole conversation in memory, a compacted view per request.
 
-History is never changed by compaction: :meth:`SimpleContextManager.get_messages` always
-returns everything that was added. :meth:`~SimpleContextManager.get_messages_for_request`
-returns everything while the history's estimate stays at or under
-``compaction_threshold x budget``. Above it the view is compacted, as
-:func:`~amplifier_anyio.contexts.compaction.compact` does, to ``target_usage x budget``
-(or to the whole budget when the protected messages alone are larger than that), and the
-``context:pre_compact`` / ``context:post_compact`` events are emitted. The decision is
-sticky: later requests keep the same cut and add what was added since, until the view's
-own estimate exceeds the threshold again; only then is it compacted further.
+History is never changed by compaction:
+[`SimpleContextManager.get_messages`][amplifier_anyio.contexts.SimpleContextManager.get_messages]
+always returns everything that was added.
+[`get_messages_for_request`][amplifier_anyio.contexts.SimpleContextManager.get_messages_for_request]
+returns everything while the history's estimate stays at or under ``compaction_threshold x budget``.
+Above it the view is compacted, as [`compact`][amplifier_anyio.contexts.compact] does, to
+``target_usage x budget`` (or to the whole budget when the protected messages alone are larger than
+that), and the ``context:pre_compact`` / ``context:post_compact`` events are emitted. The decision
+is sticky: later requests keep the same cut and add what was added since, until the view's own
+estimate exceeds the threshold again; only then is it compacted further.
 
-:meth:`~SimpleContextManager.request_view` gives the same view as converted ``Message``
-models with every tool call answered, for the turn engine: kept from one request to the
-next, so a request costs what was added since the last one, not the whole history.
+[`request_view`][amplifier_anyio.contexts.SimpleContextManager.request_view] gives the same view as
+converted ``Message`` models with every tool call answered, for the turn engine: kept from one
+request to the next, so a request costs what was added since the last one, not the whole history.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 class SimpleContextManager:
-    """An in-memory :class:`~amplifier_anyio.interfaces.ContextManager` with compaction.
+    """An in-memory [`ContextManager`][amplifier_anyio.interfaces.ContextManager] with compaction.
 
     ``max_tokens`` is the budget when neither the call nor the provider gives one;
     ``compaction_threshold`` is the fraction of the budget above which the view is
@@ -130,7 +131,8 @@ class SimpleContextManager:
         """The messages to send now: all of them, or the compacted view (copies either way).
 
         Unanswered tool calls are left as they are (the turn engine answers them); see
-        :meth:`request_view` for the form the turn engine uses.
+        [`request_view`][amplifier_anyio.contexts.SimpleContextManager.request_view] for the form
+        the turn engine uses.
         """
         await self._ready()
         events = self._update_view(self.resolve_budget(token_budget, provider))
@@ -142,10 +144,12 @@ class SimpleContextManager:
     async def request_view(
         self, token_budget: int | None = None, provider: Any | None = None
     ) -> RequestView:
-        """The view of :meth:`get_messages_for_request` as the request sends it.
+        """The view of
+        [`get_messages_for_request`][amplifier_anyio.contexts.SimpleContextManager.get_messages_for_request]
+        as the request sends it.
 
         The same messages (the same compaction, the same events), as this context's own
-        converted :class:`~amplifier_anyio.models.Message` models, with every tool call
+        converted [`Message`][amplifier_anyio.Message] models, with every tool call
         that no ``role: tool`` message right after it answers answered by the lost-result
         message (the turn engine's repair; its ids in ``repaired``). Nothing is copied:
         the models are shared from one request to the next and must not be changed. The
@@ -170,7 +174,7 @@ class SimpleContextManager:
         self,
     ) -> tuple[int, Any, Any]:
         """``(length, dict_at, model_at)`` of the current view by position (``model_at``
-        also takes :data:`NOTICE`); the notice at the end counts in ``length``."""
+        also takes `NOTICE`); the notice at the end counts in ``length``."""
         messages, models, cut = self._messages, self._models, self._cut
 
         def model_of(index: int) -> Message:
@@ -298,7 +302,8 @@ class SimpleContextManager:
         self, cut: Cut, units: Units, budget: int
     ) -> list[tuple[str, dict[str, Any]]]:
         """Compact the view to the target: drop its oldest unprotected units (the cut
-        moves forward); as :func:`~.compaction.compact` would choose over the view."""
+        moves forward); as [`compact`][amplifier_anyio.contexts.compact] would choose over the
+        view."""
         history, total = len(units), self._total
         target = int(budget * self.target_usage)
         pre = {"messages": history, "tokens": total, "budget": budget, "target": target}
@@ -367,15 +372,17 @@ class SimpleContextManager:
         """Whether the stored history needs compacting: never (amplifier-core's protocol).
 
         Compaction here is of the view each request gets
-        (:meth:`get_messages_for_request`), never of the history; so, as upstream's
-        context-simple, this is False and :meth:`compact` does nothing. Upstream
+        ([`get_messages_for_request`][amplifier_anyio.contexts.SimpleContextManager.get_messages_for_request]),
+        never of the history; so, as upstream's context-simple, this is False and
+        [`compact`][amplifier_anyio.contexts.SimpleContextManager.compact] does nothing. Upstream
         orchestrators call both after each tool round.
         """
         await anyio.lowlevel.checkpoint()
         return False
 
     async def compact(self) -> None:
-        """Nothing to do: the history is never compacted (see :meth:`should_compact`)."""
+        """Nothing to do: the history is never compacted (see
+        [`should_compact`][amplifier_anyio.contexts.SimpleContextManager.should_compact])."""
         await anyio.lowlevel.checkpoint()
 
     def resolve_budget(self, token_budget: int | None = None, provider: Any | None = None) -> int:
@@ -485,9 +492,9 @@ def settings_from_config(
     """The constructor keywords for a module config, every value checked.
 
     A missing or null key takes its default (``compact_threshold`` is accepted for
-    ``compaction_threshold``). A bad value raises :class:`ConfigError` naming the key as
-    ``<module>.<key>``, e.g. ``context-simple.max_tokens: expected a positive integer,
-    got 'lots'``.
+    ``compaction_threshold``). A bad value raises [`ConfigError`][amplifier_anyio.ConfigError]
+    naming the key as ``<module>.<key>``, e.g. ``context-simple.max_tokens: expected a positive
+    integer, got 'lots'``.
     """
     settings = dict(DEFAULTS)
     for setting in DEFAULTS:

@@ -1,12 +1,14 @@
 """``executor-dask``: tool calls run on a Dask ``distributed`` cluster (extra ``[dask]``).
 
-Plan::
+Plan:
 
-    session:
-      executor:
-        module: executor-dask
-        config: {address: "tcp://scheduler:8786"}   # a running scheduler, or
-        # config: {local: {n_workers: 2, processes: true}}  # a LocalCluster of our own
+```yaml
+session:
+  executor:
+    module: executor-dask
+    config: {address: "tcp://scheduler:8786"}   # a running scheduler, or
+    # config: {local: {n_workers: 2, processes: true}}  # a LocalCluster of our own
+```
 
 How a call goes:
 
@@ -15,7 +17,7 @@ How a call goes:
    at cleanup;
 2. each call is submitted with the synchronous ``Client.submit`` (``pure=False``, a key
    naming the session, the turn's trace id and the call id) as
-   :func:`~amplifier_anyio.runtime.run_tool_in_worker` bound to the tool's plan entry
+   [`run_tool_in_worker`][amplifier_anyio.runtime.run_tool_in_worker] bound to the tool's plan entry
    (module id + config): the worker rebuilds the tool once per module + config and runs
    it (an async tool in a fresh event loop on the worker thread);
 3. the future's done-callback (on Dask's callback thread) fetches the outcome and wakes

@@ -22,10 +22,11 @@ argument: ...}``. The argument is the call's first string among ``argument_keys`
 pattern does not match a call without one.
 
 The session's approval system answers ``ask_user`` (``ModuleCoordinator.process_hook_result``):
-:class:`ConsoleApprovalSystem` (the CLI's when stdin is a terminal: allow once / allow
-always / deny, with the timeout and the default of the request) or
-:class:`CallbackApprovalSystem` (an embedding application's function). Both remember an
-"allow always" for the tool it was given for, for as long as the system object lives.
+[`ConsoleApprovalSystem`][amplifier_anyio.hooks.approval.ConsoleApprovalSystem] (the CLI's when
+stdin is a terminal: allow once / allow always / deny, with the timeout and the default of the
+request) or [`CallbackApprovalSystem`][amplifier_anyio.hooks.approval.CallbackApprovalSystem] (an
+embedding application's function). Both remember an "allow always" for the tool it was given for,
+for as long as the system object lives.
 
 Fail closed everywhere: a session without an approval system, a timeout whose default is
 deny, an answer that is not an allow, an approval system that raises — all deny (the
@@ -50,6 +51,7 @@ from ..config_schema import ConfigSchema
 from ..errors import ApprovalTimeoutError, ConfigError, ValidationError
 from ..events import TOOL_PRE
 from ..kernel._coordinator import ModuleCoordinator
+from ..kernel._offload import run_blocking
 from ..models import HookResult, structure
 from ..models._validators import number, one_of
 
@@ -303,10 +305,11 @@ class ConsoleApprovalSystem(_Remembering):
     ``1`` / ``y`` allows once, ``2`` / ``a`` allows always, ``3`` / ``n`` denies, ``4`` /
     ``d`` / ``defer`` defers (the call waits for a decision from outside the turn, e.g.
     ``amplifier-anyio sessions approve``); the option's text works too. Anything else, or
-    end of input, denies. No answer within the
-    timeout raises :class:`ApprovalTimeoutError` (the request's default then applies).
-    The answer is read from the file descriptor when it is readable (so a timeout leaves
-    no thread blocked on the terminal; Unix); the prompt is written from a worker thread.
+    end of input, denies. No answer within the timeout raises
+    [`ApprovalTimeoutError`][amplifier_anyio.errors.ApprovalTimeoutError] (the request's
+    default then applies). The answer is read from the file descriptor when it is readable
+    (so a timeout leaves no thread blocked on the terminal; Unix); the prompt is written
+    from a worker thread.
     """
 
     def __init__(self, stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
@@ -393,11 +396,12 @@ Callback = Callable[[ApprovalRequest], "Awaitable[str | bool] | str | bool"]
 class CallbackApprovalSystem(_Remembering):
     """Asks an embedding application's function: ``callback(ApprovalRequest)``.
 
-    The callback (sync or async) returns an option (``"Allow once"``, ``"Allow always"``,
-    ``"Deny"``, or any of the request's options; ``"defer"`` holds the call for an approval
-    that outlives the turn, see ``docs/durable.md``) or a bool (True: allow once). Whatever it
-    raises reaches the coordinator, which denies; a callback slower than the request's
-    timeout is cancelled and the request's default applies.
+    The callback (sync or async; a sync one runs in a worker thread, so it cannot freeze
+    the loop) returns an option (``"Allow once"``, ``"Allow always"``, ``"Deny"``, or any
+    of the request's options; ``"defer"`` holds the call for an approval that outlives the
+    turn, see ``docs/durable.md``) or a bool (True: allow once). Whatever it raises reaches
+    the coordinator, which denies; a callback slower than the request's timeout is given
+    up on (its thread is abandoned) and the request's default applies.
     """
 
     def __init__(self, callback: Callback) -> None:
@@ -418,14 +422,24 @@ class CallbackApprovalSystem(_Remembering):
         request = ApprovalRequest(
             prompt=prompt, options=tuple(options), timeout=timeout, default=default
         )
-        answer = self._callback(request)
-        if inspect.isawaitable(answer):
-            answer = await answer
+        if _is_coroutine_function(self._callback):
+            answer = await self._callback(request)  # type: ignore[misc]
+        else:
+            # A plain function may block (a dialog, a network call): it runs in a worker
+            # thread, so the coordinator's timeout bounds the wait and the loop never freezes.
+            answer = await run_blocking(self._callback, request)
+            if inspect.isawaitable(answer):
+                answer = await answer
         if answer is True:
             return ALLOW_ONCE
         if isinstance(answer, str):
             return self._remember(prompt, answer)
         return DENY  # False, None, anything else: fail closed
+
+
+def _is_coroutine_function(fn: Any) -> bool:
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - the class's, not a callable check
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
 
 # -- the module -----------------------------------------------------------------------------

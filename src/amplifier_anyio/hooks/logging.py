@@ -1,9 +1,11 @@
 """hooks-logging: every event as one JSON line, secrets redacted, written off the loop.
 
-Each event becomes one line with upstream's field names::
+Each event becomes one line with upstream's field names:
 
-    {"ts": "...", "lvl": "INFO", "schema": {"name": "amplifier.log", "ver": "1.0.0"},
-     "event": "tool:pre", "session_id": "...", "trace_id": "...", "data": {...}}
+```text
+{"ts": "...", "lvl": "INFO", "schema": {"name": "amplifier.log", "ver": "1.0.0"},
+ "event": "tool:pre", "session_id": "...", "trace_id": "...", "data": {...}}
+```
 
 ``ts`` is the kernel's timestamp of the emit; ``trace_id`` (ours) is the turn's; the keys
 upstream promotes (``status``, ``duration_ms``, ``module``, ``component``, ``error``,
@@ -537,7 +539,7 @@ class EventLog:
             if name in self._unregister or not _selected(name, config.include, config.exclude):
                 continue
             self._unregister[name] = coordinator.hooks.register(
-                name, self, priority=config.priority, name="hooks-logging"
+                name, self, priority=config.priority, name="hooks-logging", inline=True
             )
 
     async def detach(self) -> None:
@@ -744,8 +746,9 @@ def _log_path(template: str, coordinator: ModuleCoordinator) -> Path:
 async def mount(coordinator: ModuleCoordinator, config: dict[str, Any] | None = None) -> None:
     """Mount hooks-logging: start its writer service and subscribe to every event.
 
-    Events that other modules declare are added by :func:`on_session_ready`, once every
-    module is mounted.
+    Events that other modules declare are added by
+    [`on_session_ready`][amplifier_anyio.hooks.logging.on_session_ready], once every module is
+    mounted.
     """
     log = EventLog(LoggingConfig.from_dict(config))
     await log.attach(coordinator)

@@ -36,7 +36,8 @@ definitions, error messages) is recorded only when asked: config ``capture_conte
 else the environment variable ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
 
 The attribute and metric names are still being renamed upstream: they live in
-:data:`ATTRIBUTES` and :data:`METRICS` only. Times come from the event loop's clock
+[`ATTRIBUTES`][amplifier_anyio.hooks.otel.ATTRIBUTES] and
+[`METRICS`][amplifier_anyio.hooks.otel.METRICS] only. Times come from the event loop's clock
 (anchored to the wall clock), so spans follow a test's virtual clock too.
 """
 
@@ -221,7 +222,8 @@ class OtelConfig:
     @classmethod
     def from_dict(cls, config: Mapping[str, Any] | None) -> OtelConfig:
         """Parse a plan's hook config; errors name the key. Unknown keys are dropped here
-        (the session reports them from :data:`CONFIG_SCHEMA`)."""
+        (the session reports them from
+        [`CONFIG_SCHEMA`][amplifier_anyio.hooks.otel.CONFIG_SCHEMA])."""
         known = {a.name for a in attrs.fields(cls)}
         config = {k: v for k, v in (config or {}).items() if k in known}
         for key, kind in (("capture_content", bool), ("agent_name", str)):
@@ -369,7 +371,9 @@ class OtelHook:
                 (LLM_RESPONSE, self._on_llm_response, _EARLY),
             ]
         handlers += [(f"{_LIFECYCLE}{s}", self._on_stage, _EARLY) for s in _LIFECYCLE_STAGES]
-        undo = [hooks.register(e, h, priority=p, name="hooks-otel") for e, h, p in handlers]
+        undo = [
+            hooks.register(e, h, priority=p, name="hooks-otel", inline=True) for e, h, p in handlers
+        ]
         self._unregister.extend(undo)
 
         def unregister() -> None:
@@ -780,7 +784,7 @@ def _loop_time() -> float:
 
 
 def _attach(op: _Op) -> None:
-    """Make ``op``'s span the current one in this task, until :func:`_detach`."""
+    """Make ``op``'s span the current one in this task, until `_detach`."""
     token = otel_context.attach(trace.set_span_in_context(op.span))
     _attached.set((*_attached.get(), (op, token)))
 

@@ -5,13 +5,13 @@ each tool call and reduces their answers (any ``deny`` vetoes; else the ``modify
 the highest ``HookResult.priority`` picks ``{"tool", "arguments"}``; else the model's
 choice stands). Both are hook modules a plan lists under ``hooks:``:
 
-``hooks-scheduler-cost`` (:class:`CostScheduler`)
+``hooks-scheduler-cost`` (`CostScheduler`)
     A per-turn cost budget. Each tool has a cost (``costs``, else ``default_cost``); a
     call whose cost would take the turn's spending above ``budget`` is vetoed. Costs are
     charged on ``tool:selected``, for the tool that was actually selected (a vetoed call
     costs nothing), and forgotten when the turn ends (``execution:end``).
 
-``hooks-scheduler-router`` (:class:`RouterScheduler`)
+``hooks-scheduler-router`` (`RouterScheduler`)
     A routing table. ``routes`` maps a tool name to another tool (``{web_search:
     fast_search}``) or to ``{tool, arguments}``, whose ``arguments`` are merged over the
     model's. A routed call gets ``modify`` with ``priority`` (so that several routers can

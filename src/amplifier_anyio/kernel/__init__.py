@@ -6,6 +6,7 @@ from ._cancellation import CancellationState, CancellationStatistics, Cancellati
 from ._coordinator import MOUNT_POINTS, CoordinatorStatistics, ModuleCoordinator
 from ._event_stream import Event, TurnEventStream
 from ._foreign import chat_response_of, hook_result_of, tool_result_of
+from ._handle import TurnHandle, TurnHandleStatistics, TurnPhase
 from ._hooks import Handler, HookAnswer, HookRegistry, HookRegistryStatistics
 from ._loader import ENTRY_POINT_GROUP, ModuleLoader, package_name
 from ._mount_plan import ModuleSpec, MountPlan, expand_variables
@@ -49,6 +50,9 @@ __all__ = (
     "HookAnswer",
     "Handler",
     "CancellationToken",
+    "TurnHandle",
+    "TurnPhase",
+    "TurnHandleStatistics",
     "CancellationState",
     "CancellationStatistics",
     "ModuleCoordinator",

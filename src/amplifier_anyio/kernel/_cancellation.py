@@ -8,8 +8,9 @@ call. Immediate is structural: every cancel scope bound to the token (the turn b
 own) is cancelled, so an in-flight provider call, hook or tool is interrupted at its next
 checkpoint — no polling needed.
 
-``on_cancel`` callbacks run once each. :meth:`CancellationToken.request` runs them *before*
-it cancels the bound scopes, so a tool that stops its own turn still sees them run.
+``on_cancel`` callbacks run once each.
+[`CancellationToken.request`][amplifier_anyio.CancellationToken.request] runs them *before* it
+cancels the bound scopes, so a tool that stops its own turn still sees them run.
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ class CancellationToken:
         """Cancel the bound turn scopes now. True if the state changed.
 
         Synchronous, so the ``on_cancel`` callbacks are left for the next
-        :meth:`trigger_callbacks` (the turn runs them before its terminal events); use
-        :meth:`request` to run them first.
+        [`trigger_callbacks`][amplifier_anyio.CancellationToken.trigger_callbacks] (the turn runs
+        them before its terminal events); use [`request`][amplifier_anyio.CancellationToken.request]
+        to run them first.
         """
         if self._state is CancellationState.IMMEDIATE:
             return False

@@ -24,12 +24,14 @@ from ..errors import (
     MountError,
     SessionError,
 )
-from ..events import CANCEL_REQUESTED, TOOL_PRE
+from ..events import TOOL_PRE
 from ..interfaces import ApprovalSystem, DisplaySystem
 from ..models import HookResult
 from ._cancellation import CancellationToken
 from ._foreign import hook_result_of
+from ._handle import TurnHandle
 from ._hooks import HookRegistry
+from ._offload import run_blocking
 from ._services import ServiceFunction, ServiceGroup, ServiceStatistics
 
 __all__ = ("ModuleCoordinator", "CoordinatorStatistics", "MOUNT_POINTS")
@@ -67,6 +69,9 @@ class ModuleCoordinator:
     cleanup_timeout: float = 10.0
     """Seconds each cleanup function may take before it is abandoned."""
 
+    display_timeout: float = 5.0
+    """Seconds the display system may take to show one message (it runs in a thread)."""
+
     service_stop_timeout: float = 5.0
     """Seconds stopping one module service may wait for its task to end."""
 
@@ -80,8 +85,7 @@ class ModuleCoordinator:
         self.approval_system = approval_system
         self.display_system = display_system
         self.hooks = HookRegistry()
-        self.cancellation = CancellationToken()
-        """The current (or last) turn's token; replaced by :meth:`begin_turn`."""
+        self._turn = TurnHandle(self.hooks)
         self.mount_points: dict[str, Any] = {
             "orchestrator": None,
             "providers": {},
@@ -92,23 +96,23 @@ class ModuleCoordinator:
         }
         self.capabilities: dict[str, Any] = {}
         self.tool_executors: dict[str, Any] = {}
-        """Tool name → the :class:`~amplifier_anyio.runtime.ToolExecutor` its calls run on
+        """Tool name → the [`ToolExecutor`][amplifier_anyio.runtime.ToolExecutor] its calls run on
         (set by the session from the plan; a tool not listed runs in the batch itself)."""
         self.tool_specs: dict[str, Any] = {}
-        """Tool name → the plan entry (:class:`ModuleSpec`) that mounted it."""
+        """Tool name → the plan entry ([`ModuleSpec`][amplifier_anyio.ModuleSpec]) that mounted
+        it."""
         self.session_state: dict[str, Any] = {}
         """Free-form state modules share for the session's lifetime (amplifier-core's
         ``coordinator.session_state``; upstream orchestrators read ``goal`` from it)."""
         self.channels: dict[str, list[dict[str, Any]]] = {}
         self.loader: Any = None
         self.validating = False
-        """True while :func:`validate_plan` mounts a plan offline: a module checks its
+        """True while `validate_plan` mounts a plan offline: a module checks its
         config and resources then, but creates no files, opens no connections and starts
         no work."""
         self._cleanup_fns: list[Callable[[], Any]] = []
         self._turn_injection_tokens = 0
-        self._pending_cancel: dict[str, Any] | None = None
-        self._accepted: CancellationToken | None = None
+        self._accepted: TurnHandle | None = None
         self._services: ServiceGroup | None = None
 
     # -- identity and config -------------------------------------------------------------
@@ -266,8 +270,8 @@ class ModuleCoordinator:
         Returns what ``fn`` passes to ``task_status.started()``; an exception ``fn``
         raises before that is raised here. The service is stopped (its cancel scope
         cancelled, bounded) at cleanup, in reverse order with the modules' cleanups.
-        Raises :class:`SessionError` when the session was not opened with ``async with``
-        (only then does it own a task group) or is closed. While :func:`validate_plan`
+        Raises [`SessionError`][amplifier_anyio.SessionError] when the session was not opened with
+        ``async with`` (only then does it own a task group) or is closed. While `validate_plan`
         mounts the plan (``validating``), nothing is started and None is returned.
         """
         group = self._services
@@ -302,83 +306,75 @@ class ModuleCoordinator:
             services=services,
         )
 
-    # -- cancellation --------------------------------------------------------------------
+    # -- cancellation ------------------------------------------------------------------
+
+    @property
+    def turn(self) -> TurnHandle:
+        """The current (or last) turn's handle; replaced by
+        [`begin_turn`][amplifier_anyio.ModuleCoordinator.begin_turn]."""
+        return self._turn
+
+    @property
+    def cancellation(self) -> CancellationToken:
+        """The current (or last) turn's token: a read-only view for upstream modules.
+
+        Code of the turn itself holds its `TurnHandle` instead, so nothing it does
+        can reach a later turn."""
+        return self._turn.token
 
     async def request_cancel(self, immediate: bool = False) -> None:
-        """Emit ``cancel:requested``, run the ``on_cancel`` callbacks, then cancel the turn.
+        """Cancel the current turn: ``cancel:requested``, the callbacks, then its scopes.
 
-        In that order: the request is recorded before the turn's own terminal events, and
-        a tool or hook that stops its own turn still sees every callback run (the bound
-        scopes are cancelled last). Nothing happens when the current turn's token is
-        already at (or past) the requested level.
+        The turn is looked up once, before any await (`TurnHandle.request_cancel`):
+        a slow ``cancel:requested`` hook cannot make the cancel land on the next turn.
+        Nothing happens when the turn is already at (or past) the requested level.
         """
-        payload = self._cancel_payload(immediate)
-        if payload is None:
-            await anyio.lowlevel.checkpoint()
-            return
-        await self.hooks.emit(CANCEL_REQUESTED, payload)
-        await self.cancellation.request(immediate)
+        await self._turn.request_cancel(immediate)
 
     def request_cancel_nowait(self, immediate: bool = False) -> bool:
-        """Set the current turn's token now, from synchronous code.
+        """Cancel the current turn now, from synchronous code (`TurnHandle.cancel`).
 
-        The running turn emits ``cancel:requested`` and runs the callbacks (see
-        :meth:`flush_cancel_request`) before its terminal events. Returns True if the
-        state changed.
+        The turn emits ``cancel:requested`` and runs the callbacks before its terminal
+        events. Returns True if the state changed.
         """
-        payload = self._cancel_payload(immediate)
-        if payload is None:
-            return False
-        if self._pending_cancel is None or immediate:
-            self._pending_cancel = payload
-        if immediate:
-            self.cancellation.request_immediate()
-        else:
-            self.cancellation.request_graceful()
-        return True
+        return self._turn.cancel(immediate)
 
     def cancel_flush_due(self) -> bool:
-        """Whether :meth:`flush_cancel_request` has anything to do (a ``cancel:requested``
-        to emit or a cancel callback that has not run); when not, a caller may skip it."""
-        return self._pending_cancel is not None or self.cancellation.callbacks_due()
+        """Whether the current turn has a ``cancel:requested`` or callback still due."""
+        return self._turn.cancel_flush_due()
 
     async def flush_cancel_request(self) -> None:
-        """Emit the ``cancel:requested`` of a :meth:`request_cancel_nowait`, if one is due,
-        and run the callbacks that have not run yet."""
-        payload, self._pending_cancel = self._pending_cancel, None
-        if payload is not None:
-            await self.hooks.emit(CANCEL_REQUESTED, payload)
-        await self.cancellation.trigger_callbacks()
-
-    def _cancel_payload(self, immediate: bool) -> dict[str, Any] | None:
-        token = self.cancellation
-        if token.is_immediate or (token.is_graceful and not immediate):
-            return None
-        return {
-            "level": "immediate" if immediate else "graceful",
-            "running_tools": sorted(token.running_tools),
-            "running_tool_names": token.running_tool_names,
-        }
+        """The current turn's `TurnHandle.flush_cancel`."""
+        await self._turn.flush_cancel()
 
     # -- turns ---------------------------------------------------------------------------
 
-    def begin_turn(self, token: CancellationToken | None = None) -> CancellationToken:
-        """Accept a new turn: a fresh token (or ``token``) becomes :attr:`cancellation`.
+    def accept_turn(
+        self, token: CancellationToken | None = None, *, parent: TurnHandle | None = None
+    ) -> TurnHandle:
+        """Accept a new turn: a fresh handle (with ``token``, or a fresh one) becomes
+        [`turn`][amplifier_anyio.ModuleCoordinator.turn].
 
         Synchronous, so a session calls it on the first line of ``run()``: a cancel that
-        arrives while the turn is still starting lands on the turn's own token. The next
-        :meth:`claim_turn` hands this token to the turn engine.
+        arrives while the turn is still starting lands on the turn's own handle. The next
+        [`claim_turn`][amplifier_anyio.ModuleCoordinator.claim_turn] hands this handle to the turn
+        engine.
         """
-        token = token if token is not None else CancellationToken()
-        self.cancellation = token
-        self._accepted = token
+        handle = TurnHandle(self.hooks, token or CancellationToken(), parent=parent)
+        self._turn = handle
+        self._accepted = handle
         self._turn_injection_tokens = 0
-        self._pending_cancel = None
-        return token
+        return handle
 
-    def claim_turn(self, token: CancellationToken | None = None) -> CancellationToken:
-        """The token of the turn about to run: ``token``, else the one accepted by
-        :meth:`begin_turn`, else a fresh one. Each accepted token is claimed once."""
+    def begin_turn(self, token: CancellationToken | None = None) -> CancellationToken:
+        """[`accept_turn`][amplifier_anyio.ModuleCoordinator.accept_turn], returning the new turn's
+        token."""
+        return self.accept_turn(token).token
+
+    def claim_turn(self, token: CancellationToken | None = None) -> TurnHandle:
+        """The handle of the turn about to run: a new one for ``token``, else the one
+        accepted by [`begin_turn`][amplifier_anyio.ModuleCoordinator.begin_turn], else a fresh one.
+        Each is claimed once."""
         if token is not None or self._accepted is None:
             self.begin_turn(token)
         accepted, self._accepted = self._accepted, None
@@ -394,9 +390,9 @@ class ModuleCoordinator:
 
         Approval fails closed: no approval system, a timeout whose default is deny, or any
         answer other than allow / allow once / allow always gives ``deny``. The answer
-        ``defer`` to a ``tool:pre`` question raises :class:`ApprovalDeferred`: the tool
-        batch holds the call for an approval that outlives the turn (``docs/durable.md``);
-        to any other event it is a deny.
+        ``defer`` to a ``tool:pre`` question raises
+        [`ApprovalDeferred`][amplifier_anyio.ApprovalDeferred]: the tool batch holds the call for an
+        approval that outlives the turn (``docs/durable.md``); to any other event it is a deny.
         """
         if (
             type(result) is HookResult
@@ -418,7 +414,7 @@ class ModuleCoordinator:
         if result.action == "ask_user":
             return await self._ask(result, event)
         if result.user_message:
-            self._show(result, hook_name)
+            await self._show(result, hook_name)
         return result
 
     async def _inject(self, result: HookResult, event: str, hook_name: str) -> None:
@@ -458,7 +454,7 @@ class ModuleCoordinator:
         modified it before another asked); a timeout takes ``approval_default``; no
         system, an exception, ``None`` or any other answer denies — except that a
         ``defer`` answer, or a ``defer`` default with no system or no answer in time,
-        holds a ``tool:pre`` call (:class:`ApprovalDeferred`).
+        holds a ``tool:pre`` call (`ApprovalDeferred`).
         """
         prompt = result.approval_prompt or "Allow this operation?"
         deferring = result.approval_default == "defer" and event == TOOL_PRE
@@ -497,11 +493,21 @@ class ModuleCoordinator:
             logger.warning("the approval system answered %r, not an option; denied", decision)
         return HookResult(action="deny", reason=f"User denied: {prompt}")
 
-    def _show(self, result: HookResult, hook_name: str) -> None:
+    async def _show(self, result: HookResult, hook_name: str) -> None:
+        """Show a hook's user message: in a worker thread (a display system may block),
+        waiting at most [`display_timeout`][amplifier_anyio.ModuleCoordinator.display_timeout]; a
+        display that fails is logged."""
         source = f"hook:{result.user_message_source or hook_name}"
         if self.display_system is None:
             logger.info("[%s] %s", source, result.user_message)
             return
-        self.display_system.show_message(
-            result.user_message or "", result.user_message_level, source
-        )
+        show = self.display_system.show_message
+        with anyio.move_on_after(self.display_timeout) as bound:
+            try:
+                await run_blocking(
+                    show, result.user_message or "", result.user_message_level, source
+                )
+            except Exception:
+                logger.exception("the display system failed to show a message from %s", source)
+        if bound.cancelled_caught:
+            logger.error("the display system did not return within %s s", self.display_timeout)

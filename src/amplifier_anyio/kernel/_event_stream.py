@@ -1,8 +1,8 @@
 """A turn whose events the host reads as a stream: ``session.stream(prompt)``.
 
 The turn is accepted by ``__aenter__`` itself, before it returns (so a busy or closed
-session raises :class:`SessionError` right there, and leaving the block can always cancel
-the turn), then runs in a task of a task group entered by ``__aenter__`` and left by
+session raises [`SessionError`][amplifier_anyio.SessionError] right there, and leaving the block can
+always cancel the turn), then runs in a task of a task group entered by ``__aenter__`` and left by
 ``__aexit__`` (a class, not a generator, so nothing yields from inside the group). Every
 event of the session is sent, as ``(name, data)``, into an unbounded memory object stream
 that ends when the turn ends. Leaving the block before the turn is over cancels the turn
@@ -16,18 +16,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..events import ALL_EVENTS
-from ._cancellation import CancellationToken
+from ._handle import TurnHandle
 from ._turns import TurnResult
 
 if TYPE_CHECKING:
-    from ._session import AmplifierSession
+    from ._coordinator import ModuleCoordinator
+
+
+class _Host(Protocol):
+    """What the stream needs of its session (``AmplifierSession``; a protocol, so that
+    this module does not import the session's)."""
+
+    coordinator: ModuleCoordinator
+
+    def _accept_turn(self) -> TurnHandle: ...
+
+    def _release_turn(self, handle: TurnHandle) -> None: ...
+
+    async def _run_accepted(self, prompt: str, handle: TurnHandle) -> TurnResult: ...
+
+    def cancel(self, immediate: bool = False) -> bool: ...
+
 
 __all__ = ("TurnEventStream", "Event")
 
@@ -38,10 +54,10 @@ Event = tuple[str, dict[str, Any]]
 class TurnEventStream:
     """``async with session.stream(prompt) as events: async for name, data in events: …``
 
-    After the block, :attr:`result` holds the turn's :class:`TurnResult`.
+    After the block, `result` holds the turn's [`TurnResult`][amplifier_anyio.TurnResult].
     """
 
-    def __init__(self, session: AmplifierSession, prompt: str) -> None:
+    def __init__(self, session: _Host, prompt: str) -> None:
         self._session = session
         self._prompt = prompt
         self._group: TaskGroup | None = None
@@ -52,7 +68,7 @@ class TurnEventStream:
         self.result: TurnResult | None = None
 
     async def __aenter__(self) -> MemoryObjectReceiveStream[Event]:
-        token = self._session._accept_turn()
+        handle = self._session._accept_turn()
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         hooks = self._session.coordinator.hooks
 
@@ -60,23 +76,23 @@ class TurnEventStream:
             send.send_nowait((event, dict(data)))
 
         self._unregister = [
-            hooks.register(event, forward, priority=1_000_000, name="session-stream")
+            hooks.register(event, forward, priority=1_000_000, name="session-stream", inline=True)
             for event in ALL_EVENTS
         ]
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
-        self._group.start_soon(self._run, send, token)
+        self._group.start_soon(self._run, send, handle)
         self._receive = receive
         return receive
 
-    async def _run(self, send: MemoryObjectSendStream[Event], token: CancellationToken) -> None:
+    async def _run(self, send: MemoryObjectSendStream[Event], handle: TurnHandle) -> None:
         try:
             async with send:
-                self.result = await self._session._run_accepted(self._prompt, token)
+                self.result = await self._session._run_accepted(self._prompt, handle)
         except Exception as exc:  # noqa: BLE001 - re-raised by __aexit__, outside the group
             self._error = exc
         finally:
-            self._session._turn = None
+            self._session._release_turn(handle)
             for unregister in self._unregister:
                 unregister()
             self._done.set()

@@ -7,11 +7,11 @@ importing amplifier_core, and converted at the edge where they enter: the hook r
 (verdicts), the tool batch (tool results), the turn engine (provider responses and tool
 calls) and the contexts and the request builder (messages holding pydantic blocks).
 
-A value that cannot be converted is a :class:`~amplifier_anyio.errors.ForeignModuleError`
-naming where it came from; the callers decide what that means (the hook registry fails
-closed: the verdict becomes a ``deny``).
+A value that cannot be converted is a
+[`ForeignModuleError`][amplifier_anyio.errors.ForeignModuleError] naming where it came from; the
+callers decide what that means (the hook registry fails closed: the verdict becomes a ``deny``).
 
-While a module's ``mount`` (or ``on_session_ready``) runs, :func:`module_scope` names
+While a module's ``mount`` (or ``on_session_ready``) runs, `module_scope` names
 it, so that a hook it registers can be named by its module in those errors.
 """
 
@@ -128,13 +128,14 @@ def _describe(value: Any) -> str:
 
 
 def hook_result_of(value: Any, *, origin: str) -> HookResult | None:
-    """A hook handler's answer as our :class:`HookResult` (None stays None: continue).
+    """A hook handler's answer as our [`HookResult`][amplifier_anyio.HookResult] (None stays None:
+    continue).
 
     Accepted: ours; an object with ``action`` (an amplifier-core ``HookResult``: its
     ``model_dump``, or its attributes); a dict with ``action`` (amplifier-core parses
     those too). amplifier-core 2.0's ``context_injections`` list is folded into one
     injection when ``context_injection`` is empty. Anything else raises
-    :class:`ForeignModuleError` naming ``origin``.
+    [`ForeignModuleError`][amplifier_anyio.errors.ForeignModuleError] naming ``origin``.
     """
     if value is None or isinstance(value, HookResult):
         return value
@@ -172,7 +173,7 @@ def _injection_text(item: Any) -> str:
 
 
 def tool_result_of(value: Any, *, origin: str) -> ToolResult:
-    """A tool's return value as our :class:`ToolResult`.
+    """A tool's return value as our [`ToolResult`][amplifier_anyio.ToolResult].
 
     Ours is kept; an object with a boolean ``success`` (an amplifier-core ``ToolResult``)
     keeps its success, output and error — a failure's output (stdout, stderr, return
@@ -207,12 +208,13 @@ def tool_result_of(value: Any, *, origin: str) -> ToolResult:
 
 
 def chat_response_of(value: Any, *, origin: str) -> ChatResponse:
-    """A provider's answer as our :class:`ChatResponse`.
+    """A provider's answer as our [`ChatResponse`][amplifier_anyio.ChatResponse].
 
     Ours is kept; a pydantic ``ChatResponse`` (or a dict of that shape) is structured
     through our converter: its blocks become ours, unknown fields are dropped, and
     amplifier-core's ``degradation`` lands in ``metadata``. Anything that does not fit
-    raises :class:`ForeignModuleError` naming ``origin`` and the field.
+    raises [`ForeignModuleError`][amplifier_anyio.errors.ForeignModuleError] naming ``origin`` and
+    the field.
     """
     if isinstance(value, ChatResponse):
         return value
@@ -239,7 +241,8 @@ def chat_response_of(value: Any, *, origin: str) -> ChatResponse:
 
 
 def tool_calls_of(calls: Any, *, origin: str) -> list[ToolCall]:
-    """Tool calls (ours, pydantic ``ToolCall``s, dicts) as our :class:`ToolCall` list."""
+    """Tool calls (ours, pydantic ``ToolCall``s, dicts) as our
+    [`ToolCall`][amplifier_anyio.ToolCall] list."""
     if not calls:
         return []
     if all(isinstance(c, ToolCall) for c in calls):

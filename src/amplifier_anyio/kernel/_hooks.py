@@ -2,9 +2,17 @@
 
 Handlers run one at a time in ascending priority (ties in registration order) over a
 snapshot of the list taken when ``emit`` starts, so (un)registering during an emit only
-affects later emits. A handler raising an ``Exception`` is logged and skipped; the
-backend's cancellation exception is never caught here, so a cancel scope around ``emit``
-stops the running handler and no later handler runs.
+affects later emits. The backend's cancellation exception is never caught here, so a
+cancel scope around ``emit`` stops the running handler and no later handler runs.
+
+A gate fails closed: on a `GATE_EVENTS` event a handler
+that raises an ``Exception`` or answers something that is not a verdict *denies*, with a
+reason naming the hook and the module that registered it; on every other event it is
+logged and skipped.
+
+No user code blocks the loop: a synchronous handler runs in a worker thread (the emit
+waits for it; a cancel stops the wait, not the thread), unless it was registered with
+``inline=True`` — for the kernel's own handlers that only hand data on.
 
 ``emit`` does not add a schedule point of its own: with only non-blocking handlers it
 returns without yielding, which keeps event emission cheap on hot paths.
@@ -25,10 +33,12 @@ import anyio
 import attrs
 
 from ..errors import ForeignModuleError
+from ..events import GATE_EVENTS
 from ..models import HookResult
 from ..models._results import _new
 from ..models._results import _trusted_result as trusted_result
 from ._foreign import current_module, hook_result_of
+from ._offload import run_blocking
 from ._tracing import _trace_id
 
 __all__ = ("HookRegistry", "Handler", "HookAnswer", "HookRegistryStatistics", "utc_timestamp")
@@ -48,6 +58,8 @@ class _Entry:
     is_async: bool = attrs.field(order=False)
     module: str | None = attrs.field(default=None, order=False)
     """The module whose mount registered the handler, when known."""
+    inline: bool = attrs.field(default=False, order=False)
+    """A synchronous handler that is called on the loop (it never blocks)."""
 
     @property
     def label(self) -> str:
@@ -90,17 +102,29 @@ class HookRegistry:
         self._emits = 0
 
     def register(
-        self, event: str, handler: Handler, priority: int = 0, name: str | None = None
+        self,
+        event: str,
+        handler: Handler,
+        priority: int = 0,
+        name: str | None = None,
+        *,
+        inline: bool = False,
     ) -> Callable[[], None]:
-        """Add ``handler`` for ``event``; lower priority runs first. Returns its unregister."""
+        """Add ``handler`` for ``event``; lower priority runs first. Returns its unregister.
+
+        A synchronous handler runs in a worker thread, so a slow one cannot freeze the
+        loop; ``inline=True`` calls it on the loop instead (only for a handler that never
+        blocks, such as one that puts the data on a stream).
+        """
         seq = next(self._seq)
         entry = _Entry(
             priority=priority,
             seq=seq,
             name=name or f"_auto_{event}_{seq}",
             handler=handler,
-            is_async=inspect.iscoroutinefunction(handler),
+            is_async=_is_async(handler),
             module=current_module(),
+            inline=inline,
         )
         entries = list(self._handlers.get(event, ()))
         insort(entries, entry)
@@ -178,9 +202,8 @@ class HookRegistry:
             if entry.is_async:  # the common case, inlined: one coroutine frame less
                 try:
                     got = await entry.handler(event, current)  # type: ignore[misc]
-                except Exception:
-                    logger.exception("hook %s failed on %s; skipped", entry.name, event)
-                    continue
+                except Exception as exc:  # noqa: BLE001 - logged, and a deny on a gate
+                    got = _failed(entry, event, exc)
                 if got is None:
                     continue
                 result = got if type(got) is HookResult else _answer(entry, event, got)
@@ -230,7 +253,7 @@ class HookRegistry:
                 result = await _call(entry, event, data, collecting=True)
             if scope.cancelled_caught:
                 logger.warning("hook %s timed out after %ss on %s", entry.name, timeout, event)
-            elif result is not None:
+            elif result is not None and result is not _FAILED:
                 collected.append(
                     HookAnswer(handler=entry.name, registered=entry.seq, result=result)
                 )
@@ -286,44 +309,73 @@ def _second_prefix(second: int) -> str:
     return cached[1]
 
 
+def _is_async(handler: Any) -> bool:
+    """Whether calling ``handler`` gives a coroutine (a coroutine function, a partial of
+    one, or an object whose ``__call__`` is one)."""
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = getattr(type(handler), "__call__", None)  # noqa: B004 - the class's, not a callable check
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+_FAILED = HookResult(action="continue", reason="the handler failed")
+"""What `_call` gives for a handler that failed on an observe-only event (skipped)."""
+
+
 async def _call(
     entry: _Entry, event: str, data: dict[str, Any], *, collecting: bool = False
 ) -> HookResult | None:
-    """Run one handler; an ordinary failure counts as continue.
+    """Run one handler (a synchronous one in a worker thread unless ``inline``).
 
-    An answer that is not our HookResult is converted (an amplifier-core HookResult, a
-    dict with ``action``); one that cannot be converted fails closed: a ``deny`` naming
-    the hook and its module (when collecting answers, it is skipped like a failure).
+    A failure on a gate event denies; elsewhere it is skipped (`_failed`). An answer
+    that is not our HookResult is converted (an amplifier-core HookResult, a dict with
+    ``action``); one that cannot be converted is treated as a failure.
     """
     try:
         if entry.is_async:
             result = await entry.handler(event, data)  # type: ignore[misc]
         else:
-            result = entry.handler(event, data)
+            if entry.inline:
+                result = entry.handler(event, data)
+            else:
+                result = await run_blocking(entry.handler, event, data)
             if inspect.isawaitable(result):
                 result = await result
-    except Exception:
-        logger.exception("hook %s failed on %s; skipped", entry.name, event)
-        return None
+    except Exception as exc:  # noqa: BLE001 - logged, and a deny on a gate
+        return _failed(entry, event, exc, collecting=collecting)
     if result is None or isinstance(result, HookResult):
         return result
     return _answer(entry, event, result, collecting=collecting)
 
 
+def _failed(
+    entry: _Entry, event: str, exc: BaseException, *, collecting: bool = False
+) -> HookResult:
+    """A handler that raised: a deny naming it on a gate event, else skipped (logged)."""
+    if event in GATE_EVENTS and not collecting:
+        if isinstance(exc, ForeignModuleError):  # an answer that is no verdict: it says so
+            logger.error("%s; denied (fail closed)", exc)
+            reason = str(exc)
+        else:
+            logger.error("%s failed on %s; denied (fail closed)", entry.label, event, exc_info=exc)
+            reason = f"{entry.label} failed on {event}: {type(exc).__name__}: {exc}"
+        return HookResult(action="deny", reason=f"{reason} (denied: fail closed)")
+    logger.error("%s failed on %s; skipped", entry.label, event, exc_info=exc)
+    return _FAILED
+
+
 def _answer(
     entry: _Entry, event: str, result: object, *, collecting: bool = False
 ) -> HookResult | None:
-    """A handler's answer as our HookResult (a subclass passes through unchanged)."""
+    """A handler's answer as our HookResult (a subclass passes through unchanged).
+
+    One that cannot be converted denies on a gate event and is skipped elsewhere."""
     if isinstance(result, HookResult):
         return result
     try:
         return hook_result_of(result, origin=f"{entry.label} on {event}")
     except ForeignModuleError as exc:
-        if collecting:
-            logger.error("%s; skipped", exc)
-            return None
-        logger.error("%s; denied (fail closed)", exc)
-        return HookResult(action="deny", reason=f"{exc} (denied: fail closed)")
+        return _failed(entry, event, exc, collecting=collecting)
 
 
 class _Reduction:

@@ -2,14 +2,14 @@
 
 Lookup order: a source resolver mounted at ``module-source-resolver``; then the plan
 entry's explicit ``source`` (a directory, or a ``git+…`` URL cloned into a cache, see
-:mod:`._sources`); then the entry points of group ``amplifier.modules``; then a package
+`_sources`); then the entry points of group ``amplifier.modules``; then a package
 ``amplifier_module_<id>`` (dashes become underscores) on the search paths or
 importable from ``sys.path``. An explicit source comes before the built-in entry points
 so that ``{module: context-simple, source: ./mine}`` mounts *that* code; a source that
 cannot be used is a warning (and the next place is tried). Two entry points of one
 name are a warning naming both (the first found is used). Where each module came from
-is kept (:meth:`ModuleLoader.origin_of`). Imports run in a worker thread: they read
-files.
+is kept ([`ModuleLoader.origin_of`][amplifier_anyio.ModuleLoader.origin_of]). Imports run in a
+worker thread: they read files.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def on_session_ready_of(mount: Callable[..., Any]) -> Callable[[Any], Any] | Non
 
 
 class ModuleLoader:
-    """Loads modules for a coordinator; :meth:`cleanup` undoes its ``sys.path`` changes."""
+    """Loads modules for a coordinator; [`cleanup`][amplifier_anyio.ModuleLoader.cleanup] undoes its
+    ``sys.path`` changes."""
 
     def __init__(
         self,
@@ -76,7 +77,7 @@ class ModuleLoader:
         self.coordinator = coordinator
         self.search_paths = [Path(p) for p in search_paths or ()]
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        """Where ``git+…`` sources are cloned (None: :func:`default_cache_dir`)."""
+        """Where ``git+…`` sources are cloned (None: `default_cache_dir`)."""
         self._added_paths: list[str] = []
         self._cache: dict[tuple[str, str | None], Mount] = {}
         self._origins: dict[tuple[str, str | None], str] = {}
@@ -114,7 +115,7 @@ class ModuleLoader:
         self, module_id: str, source_hint: str | None = None, coordinator: Any = None
     ) -> Mount:
         """The module's own ``mount`` function (found once, then cached); its module may
-        declare a config schema (:func:`~amplifier_anyio.config_schema.schema_of`)."""
+        declare a config schema ([`schema_of`][amplifier_anyio.config_schema.schema_of])."""
         key = (module_id, source_hint)
         mount = self._cache.get(key)
         if mount is None:

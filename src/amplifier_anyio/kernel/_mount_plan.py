@@ -1,22 +1,24 @@
 """Mount plans: which modules a session loads, parsed from a dict, YAML or TOML.
 
-The shape is upstream Amplifier's::
+The shape is upstream Amplifier's:
 
-    session:
-      orchestrator: loop-basic            # or {module, source, config}
-      context: {module: context-simple, config: {max_tokens: 100000}}
-      executor: {module: process, config: {}}   # where tool calls run (default: local)
-    orchestrator: {config: {max_iterations: 10}}   # config for the string form
-    providers: [{module: provider-openai, config: {model: gpt-4o}}]
-    tools: [{module: tool-filesystem}]      # or {module, config, executor: local}
-    hooks: [{module: hooks-logging}]
-    agents: {...}                          # passed through untouched (also `all`, a list)
+```yaml
+session:
+  orchestrator: loop-basic            # or {module, source, config}
+  context: {module: context-simple, config: {max_tokens: 100000}}
+  executor: {module: process, config: {}}   # where tool calls run (default: local)
+orchestrator: {config: {max_iterations: 10}}   # config for the string form
+providers: [{module: provider-openai, config: {model: gpt-4o}}]
+tools: [{module: tool-filesystem}]      # or {module, config, executor: local}
+hooks: [{module: hooks-logging}]
+agents: {...}                          # passed through untouched (also `all`, a list)
+```
 
 ``${VAR}`` and ``${VAR:default}`` in any string value (``agents`` aside) are replaced
 from the environment when the plan is parsed; an unset variable without a default is an
 error naming the field. ``includes:`` (bundle composition) is not supported: it is kept
-in :attr:`MountPlan.includes` and reported (a warning, an error in strict validation),
-never dropped silently.
+in [`MountPlan.includes`][amplifier_anyio.MountPlan.includes] and reported (a warning, an error in
+strict validation), never dropped silently.
 
 Every error is one line naming the field: ``providers[0].module: required``.
 """

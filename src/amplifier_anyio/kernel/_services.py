@@ -61,7 +61,7 @@ class ServiceState(enum.Enum):
     STOPPED = "stopped"
     """Ended: stopped by the session, or returned on its own."""
     FAILED = "failed"
-    """Raised an exception (see :attr:`ServiceStatistics.error`)."""
+    """Raised an exception (see `ServiceStatistics.error`)."""
 
 
 @attrs.frozen(kw_only=True)

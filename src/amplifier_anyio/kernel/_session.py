@@ -11,25 +11,25 @@ session goes on without it.
 cancels, the turn closes its events, the cancellation propagates, and ``async with``
 still cleans up.
 
-The life cycle follows httpx's client: UNOPENED → OPENED → CLOSED (:class:`SessionState`).
-Modules are mounted once, under a lock, by ``async with`` or the first ``run()``; one
-turn runs at a time; a closed session refuses every use with :class:`SessionError`
-rather than silently mounting everything again. Once every module is mounted, each
-module's optional ``on_session_ready(coordinator)`` runs (a failure is logged and emitted
-as ``module:on_session_ready_failed``, and the session goes on).
+The life cycle follows httpx's client: UNOPENED → OPENED → CLOSED
+([`SessionState`][amplifier_anyio.SessionState]). Modules are mounted once, under a lock, by ``async
+with`` or the first ``run()``; one turn runs at a time; a closed session refuses every use with
+[`SessionError`][amplifier_anyio.SessionError] rather than silently mounting everything again. Once
+every module is mounted, each module's optional ``on_session_ready(coordinator)`` runs (a failure is
+logged and emitted as ``module:on_session_ready_failed``, and the session goes on).
 
 ``async with`` also owns a task group for the session's lifetime, where module services
-run (:meth:`ModuleCoordinator.start_service`). ``__aenter__`` enters the group and
-``__aexit__`` leaves it — a class with both methods, as anyio's own task group and
-portal are, not a generator, so nothing ever yields from inside the group. The host's
-block runs inside the group's scope; services never cancel it (a service's failure is
-logged, see :mod:`._services`), the session stops them at cleanup, and the group is then
+run ([`ModuleCoordinator.start_service`][amplifier_anyio.ModuleCoordinator.start_service]).
+``__aenter__`` enters the group and ``__aexit__`` leaves it — a class with both methods, as anyio's
+own task group and portal are, not a generator, so nothing ever yields from inside the group. The
+host's block runs inside the group's scope; services never cancel it (a service's failure is
+logged, see `_services`), the session stops them at cleanup, and the group is then
 left with no exception passed in, so a host's error leaves the block as it entered it
 (never wrapped in an exception group); only the host's cancellation is handed to the
 group as it is, so that the scope it belongs to catches it. ``__aenter__`` and
 ``__aexit__`` must run in the same task (as for any cancel scope). A session used
 without ``async with`` has no task group: a module that starts a service then fails to
-mount with a :class:`SessionError` saying so.
+mount with a [`SessionError`][amplifier_anyio.SessionError] saying so.
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ from ..events import (
     SESSION_START,
 )
 from ..interfaces import ApprovalSystem, DisplaySystem
-from ._cancellation import CancellationToken
 from ._coordinator import ModuleCoordinator
 from ._event_stream import TurnEventStream
 from ._foreign import module_scope
+from ._handle import TurnHandle
 from ._loader import ModuleLoader
 from ._mount_plan import ModuleSpec, MountPlan
 from ._services import ServiceGroup
@@ -107,7 +107,7 @@ class SessionState(enum.Enum):
     OPENED = "opened"
     """Modules mounted (by ``async with`` or the first ``run()``); turns may run."""
     CLOSED = "closed"
-    """Cleaned up; any further use raises :class:`SessionError`."""
+    """Cleaned up; any further use raises [`SessionError`][amplifier_anyio.SessionError]."""
 
 
 @attrs.define(eq=False)
@@ -165,7 +165,7 @@ class AmplifierSession:
         self._entered = False
         self._init_lock = anyio.Lock()
         self._started = False
-        self._turn: CancellationToken | None = None
+        self._turn: TurnHandle | None = None
         self._task_group: TaskGroup | None = None
         self._services: ServiceGroup | None = None
         self._ready_hooks: list[tuple[str, Any]] = []
@@ -308,6 +308,8 @@ class AmplifierSession:
                 cleanup = await mount(self.coordinator)
         except SessionError:
             raise  # the session used the wrong way (a service without `async with`): the host's
+        except ConfigError:
+            raise  # a bad value in the plan: it names the module and the key already
         except Exception as exc:
             # Whatever the module raised, the caller learns which plan entry failed.
             raise ModuleLoadError(spec.module, describe(exc), kind=kind) from exc
@@ -452,14 +454,14 @@ class AmplifierSession:
     async def run(self, prompt: str) -> TurnResult:
         """Run one turn. A turn cancelled through the session returns status ``cancelled``.
 
-        Raises :class:`SessionError` when a turn is already running or the session is
-        closed; mounts the plan's modules first if ``async with`` did not.
+        Raises [`SessionError`][amplifier_anyio.SessionError] when a turn is already running or the
+        session is closed; mounts the plan's modules first if ``async with`` did not.
         """
-        token = self._accept_turn()
+        handle = self._accept_turn()
         try:
-            return await self._run_accepted(prompt, token)
+            return await self._run_accepted(prompt, handle)
         finally:
-            self._turn = None
+            self._release_turn(handle)
 
     async def resume(self, approvals: Mapping[str, str] | None = None) -> TurnResult:
         """Continue the turn the context's history ends in (``docs/durable.md``).
@@ -473,35 +475,39 @@ class AmplifierSession:
         returns that answer without a provider call; calls still undecided end the turn
         ``awaiting_approval`` again.
 
-        Raises :class:`SessionError` when a turn is running, the orchestrator or the
-        context cannot resume (loop-basic / loop-streaming / loop-events with
+        Raises [`SessionError`][amplifier_anyio.SessionError] when a turn is running, the
+        orchestrator or the context cannot resume (loop-basic / loop-streaming / loop-events with
         context-persistent can), or an approval names a call that is not pending.
         """
-        token = self._accept_turn()
+        handle = self._accept_turn()
         try:
-            return await self._run_accepted("", token, approvals=approvals or {})
+            return await self._run_accepted("", handle, approvals=approvals or {})
         finally:
-            self._turn = None
+            self._release_turn(handle)
 
-    def _accept_turn(self) -> CancellationToken:
+    def _release_turn(self, handle: TurnHandle) -> None:
+        """The turn is over: ``cancel()`` no longer reaches it, and another may start."""
+        if self._turn is handle:
+            self._turn = None
+        handle.finish()
+
+    def _accept_turn(self) -> TurnHandle:
         """Take the turn on, before any await: from here on ``cancel()`` reaches it."""
         self._check_open()
         if self._turn is not None:
             msg = "a turn is already running in this session"
             raise SessionError(msg)
-        self._turn = self.coordinator.begin_turn()
+        self._turn = self.coordinator.accept_turn()
         return self._turn
 
     async def _run_accepted(
-        self, prompt: str, token: CancellationToken, approvals: Mapping[str, str] | None = None
+        self, prompt: str, handle: TurnHandle, approvals: Mapping[str, str] | None = None
     ) -> TurnResult:
         try:
             if self._state is not SessionState.OPENED:  # mounted already: no lock to take
                 await self.initialize()
             if not self._started:
-                # session:start hooks belong to the turn they announce: its cancel stops them.
-                with anyio.CancelScope() as scope, token.bind_scope(scope):
-                    await self._announce()
+                await self._announce(handle)
             if approvals is None:
                 result = await self._run_turn(prompt)
             else:
@@ -510,10 +516,10 @@ class AmplifierSession:
             # now rather than dropped. Shielded: the turn has ended and said how, so a host
             # cancel arriving now is delivered at the host's next checkpoint instead of
             # turning a finished turn into an exception. (Nothing due: nothing to flush.)
-            if self.coordinator.cancel_flush_due():
+            if handle.cancel_flush_due():
                 deadline = anyio.current_time() + _END_TIMEOUT
                 with anyio.CancelScope(shield=True, deadline=deadline):
-                    await self.coordinator.flush_cancel_request()
+                    await handle.flush_cancel()
         except anyio.get_cancelled_exc_class():
             self.status.status = "cancelled"
             raise
@@ -537,9 +543,9 @@ class AmplifierSession:
 
         ``async with session.stream(prompt) as events:`` gives a receive stream of
         ``(name, data)`` pairs that ends with the turn. The turn is accepted when the
-        block is entered (a :class:`SessionError` then, if one is running); leaving the
-        block before the turn is over cancels it (immediately) and waits for it. The
-        TurnResult is then in ``.result`` of the stream object and in :attr:`last_result`.
+        block is entered (a [`SessionError`][amplifier_anyio.SessionError] then, if one is running);
+        leaving the block before the turn is over cancels it (immediately) and waits for it. The
+        TurnResult is then in ``.result`` of the stream object and in `last_result`.
         """
         return TurnEventStream(self, prompt)
 
@@ -551,12 +557,19 @@ class AmplifierSession:
         the session's event loop; from another thread use
         ``anyio.from_thread.run_sync(session.cancel, True)``.
         """
-        if self._turn is None:
+        handle = self._turn
+        if handle is None:
             return False
-        self.coordinator.request_cancel_nowait(immediate)
+        handle.cancel(immediate)
         return True
 
-    async def _announce(self) -> None:
+    async def _announce(self, handle: TurnHandle) -> None:
+        """Deliver ``session:start`` (``session:resume``) to every handler, once.
+
+        Shielded and bounded: a cancel of the first turn, of either kind, must not leave
+        handlers that never saw the start but will see ``session:end``. The turn itself
+        then ends cancelled at its first checkpoint.
+        """
         if self._started:
             return
         self._started = True
@@ -565,7 +578,14 @@ class AmplifierSession:
         metadata = self.config.get("session", {}).get("metadata")
         if metadata:
             payload["metadata"] = metadata
-        await self.coordinator.hooks.emit(event, payload)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT) as bound:
+            await self.coordinator.hooks.emit(event, payload)
+        handle.announced = True
+        if bound.cancelled_caught:
+            problem = f"{event}: its hooks did not finish within {_END_TIMEOUT} s and were stopped"
+            logger.error("%s", problem)
+            handle.problems.append(problem)
+        await anyio.lowlevel.checkpoint_if_cancelled()
 
     async def _run_turn(self, prompt: str) -> TurnResult:
         coordinator = self.coordinator
@@ -590,11 +610,15 @@ class AmplifierSession:
         coordinator = self.coordinator
         orchestrator = coordinator.get("orchestrator")
         resume_turn = getattr(orchestrator, "resume_turn", None)
-        if resume_turn is None:
+        if resume_turn is None or getattr(orchestrator, "resumable", True) is False:
             name = getattr(orchestrator, "name", type(orchestrator).__name__)
             msg = f"the orchestrator {name!r} cannot resume a turn"
             raise SessionError(msg)
         context = coordinator.get("context")
+        if getattr(context, "resume_work", None) is None:
+            name = getattr(context, "name", type(context).__name__)
+            msg = f"the context {name!r} cannot resume a turn (context-persistent can)"
+            raise SessionError(msg)
         _check_held_tools(context, coordinator.get("tools"), approvals)  # before any decision
         if approvals:
             decide = getattr(context, "journal_decide", None)
@@ -626,9 +650,10 @@ class AmplifierSession:
 
     async def _run_foreign(self, orchestrator: Any, args: tuple[Any, ...]) -> TurnResult:
         """An orchestrator with only ``execute``: the session binds the turn's cancel scope."""
-        token = self.coordinator.claim_turn()
+        handle = self.coordinator.claim_turn()
+        token = handle.token
         text, status, error = "", TurnStatus.SUCCESS, None
-        with anyio.CancelScope() as scope, token.bind_scope(scope):
+        with anyio.CancelScope() as scope, handle.bind_scope(scope):
             try:
                 text = await orchestrator.execute(*args, coordinator=self.coordinator)
             except Exception as exc:  # noqa: BLE001 - reported in the TurnResult
@@ -636,7 +661,7 @@ class AmplifierSession:
         if scope.cancelled_caught or (token.is_cancelled and status is TurnStatus.SUCCESS):
             status = TurnStatus.CANCELLED
             with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT):
-                await self.coordinator.flush_cancel_request()
+                await handle.flush_cancel()
                 await self.coordinator.hooks.emit(
                     CANCEL_COMPLETED, {"was_immediate": token.is_immediate}
                 )

@@ -2,9 +2,9 @@
 
 Upstream plans name a module's code as a git URL (``git+https://…``, ``git+file://…``,
 ``git+ssh://…``), with an optional ``@ref`` (branch, tag or commit) and an optional
-``#subdirectory=``. :func:`fetch_git_source` clones it once with the ``git`` command
-(run through :func:`anyio.run_process`) into a cache directory keyed by URL and ref,
-and returns the local directory to import from; later loads reuse the clone without
+``#subdirectory=``. [`fetch_git_source`][amplifier_anyio.kernel.fetch_git_source] clones it once
+with the ``git`` command (run through `anyio.run_process`) into a cache directory keyed by URL and
+ref, and returns the local directory to import from; later loads reuse the clone without
 touching the network. A clone lands under a temporary name and is renamed into place,
 so an interrupted clone is never mistaken for a finished one.
 """
@@ -96,7 +96,7 @@ async def fetch_git_source(source: str, cache_dir: Path | None = None) -> Path:
     """The local directory of a git ``source``, cloned on first use.
 
     Every problem (a bad URL, no ``git``, a failed clone or checkout, a missing
-    subdirectory) is a :class:`~amplifier_anyio.errors.ModuleLoadError` whose reason
+    subdirectory) is a [`ModuleLoadError`][amplifier_anyio.ModuleLoadError] whose reason
     says what failed, with git's first ``fatal:`` line (the loader names the source).
     """
     try:

@@ -1,8 +1,8 @@
 """Context variables that tie events and tool code to the turn and batch they run in.
 
-A turn sets its ``trace_id``; the tool batch sets a :class:`ToolCallContext` around each
-tool call. Because they are context variables, every task spawned inside the turn sees
-them, and tasks of another turn never do.
+A turn sets its ``trace_id``; the tool batch sets a
+[`ToolCallContext`][amplifier_anyio.ToolCallContext] around each tool call. Because they are context
+variables, every task spawned inside the turn sees them, and tasks of another turn never do.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ _tool_call: ContextVar[ToolCallContext | tuple[Any, ...] | None] = ContextVar(
     "amplifier_tool_call", default=None
 )
 """The running tool call: its context, or (on the tool batch's hot path) a deferred one,
-``(build, *args)``, that :func:`current_tool_call` builds only when a tool asks."""
+``(build, *args)``, that [`current_tool_call`][amplifier_anyio.current_tool_call] builds only when a
+tool asks."""
 
 
 @attrs.frozen(kw_only=True)

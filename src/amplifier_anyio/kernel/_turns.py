@@ -1,4 +1,5 @@
-"""How a turn ended: :class:`TurnStatus` and :class:`TurnResult`."""
+"""How a turn ended: [`TurnStatus`][amplifier_anyio.TurnStatus] and
+[`TurnResult`][amplifier_anyio.TurnResult]."""
 
 from __future__ import annotations
 

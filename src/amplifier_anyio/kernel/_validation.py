@@ -32,8 +32,8 @@ _CLEANUP_SECONDS = 5.0
 
 @attrs.frozen
 class PlanReport:
-    """What :func:`validate_plan` found. ``errors`` stop the plan from starting (unknown
-    keys among them in strict mode); ``warnings`` do not."""
+    """What [`validate_plan`][amplifier_anyio.validate_plan] found. ``errors`` stop the plan from
+    starting (unknown keys among them in strict mode); ``warnings`` do not."""
 
     errors: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()

@@ -2,13 +2,13 @@
 
 An orchestration goes initialize → plan → (route → execute)* → aggregate → complete, or
 ends early with failed or cancelled; exactly one terminal stage, then nothing.
-:class:`ReferenceOrchestrator` runs each wave of ready steps concurrently in a task group
-between two yields of its async generator, retries with exponential backoff and jitter
-on anyio's clock, really runs the fallback target, reports CONTINUE's failures honestly,
-ends CANCELLED on ``cancel()`` or its timeout, and tears down on every path.
-:class:`ExecutionContext` is deeply immutable and hashable, and routing is a pure
-function. ``loop-lifecycle`` (:mod:`amplifier_anyio.orchestrators.loop_lifecycle`) runs
-the same protocol inside a session. See ``docs/lifecycle.md``.
+[`ReferenceOrchestrator`][amplifier_anyio.lifecycle.ReferenceOrchestrator] runs each wave of ready
+steps concurrently in a task group between two yields of its async generator, retries with
+exponential backoff and jitter on anyio's clock, really runs the fallback target, reports CONTINUE's
+failures honestly, ends CANCELLED on ``cancel()`` or its timeout, and tears down on every path.
+[`ExecutionContext`][amplifier_anyio.lifecycle.ExecutionContext] is deeply immutable and hashable,
+and routing is a pure function. ``loop-lifecycle`` (`amplifier_anyio.orchestrators.loop_lifecycle`)
+runs the same protocol inside a session. See ``docs/lifecycle.md``.
 """
 
 from __future__ import annotations

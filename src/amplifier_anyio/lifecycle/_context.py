@@ -68,9 +68,10 @@ def _text(_inst: object, attribute: attrs.Attribute[str], value: object) -> None
 class ExecutionContext:
     """The immutable context passed through an orchestration, and nested ones.
 
-    ``metadata`` is deeply read-only: mappings in it are :class:`FrozenDict`, lists are
-    tuples, sets frozensets, and every attempt to change it raises :class:`TypeError`. A
-    context is hashable and compares by value. ``created_at`` is an aware UTC time.
+    ``metadata`` is deeply read-only: mappings in it are
+    [`FrozenDict`][amplifier_anyio.lifecycle.FrozenDict], lists are tuples, sets frozensets, and
+    every attempt to change it raises `TypeError`. A context is hashable and compares by value.
+    ``created_at`` is an aware UTC time.
 
     ``with_metadata`` / ``with_request_id`` / ``with_profile`` return a new context at
     the same level (same parent); ``child(**changes)`` returns a nested one whose
@@ -163,9 +164,9 @@ class ExecutionContext:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExecutionContext:
-        """The context :meth:`to_dict` described.
+        """The context [`to_dict`][amplifier_anyio.lifecycle.ExecutionContext.to_dict] described.
 
-        Raises :class:`~amplifier_anyio.errors.ValidationError` whose lines name the path
+        Raises [`ValidationError`][amplifier_anyio.ValidationError] whose lines name the path
         of each problem (``parent_context.trace_id: required ...``).
         """
         return cls._from_dict(data, "")

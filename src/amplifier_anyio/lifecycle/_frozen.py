@@ -11,7 +11,7 @@ __all__ = ("FrozenDict", "freeze", "thaw")
 class FrozenDict(Mapping[str, Any]):
     """A read-only, hashable mapping whose values are frozen too.
 
-    Every way of changing it raises :class:`TypeError`; it compares equal to a ``dict``
+    Every way of changing it raises `TypeError`; it compares equal to a ``dict``
     with the same items.
     """
 
@@ -49,9 +49,9 @@ class FrozenDict(Mapping[str, Any]):
 def freeze(value: Any, path: str = "metadata") -> Any:
     """``value`` made deeply read-only and hashable.
 
-    Mappings become :class:`FrozenDict` (keys must be strings), lists and tuples tuples,
-    sets frozensets, bytearrays bytes. Anything else must already be hashable; a value
-    that is not raises :class:`TypeError` naming its path (``metadata['a'][2]``).
+    Mappings become [`FrozenDict`][amplifier_anyio.lifecycle.FrozenDict] (keys must be strings),
+    lists and tuples tuples, sets frozensets, bytearrays bytes. Anything else must already be
+    hashable; a value that is not raises `TypeError` naming its path (``metadata['a'][2]``).
     """
     if isinstance(value, FrozenDict):
         return value

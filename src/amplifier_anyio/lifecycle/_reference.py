@@ -46,7 +46,7 @@ _S = LifecycleStage
 
 
 class StepStatus:
-    """The values of :attr:`StepOutcome.status`."""
+    """The values of `StepOutcome.status`."""
 
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -174,14 +174,14 @@ class OrchestrationRun:
 
 
 class _Cancelled:
-    """The marker :meth:`ReferenceOrchestrator._guard` returns for cancelled work."""
+    """The marker `ReferenceOrchestrator._guard` returns for cancelled work."""
 
 
 _CANCELLED = _Cancelled()
 
 
 def validate_plan(steps: Sequence[Any]) -> list[Step]:
-    """The plan as steps; :class:`ValueError` naming the problem when it is not a DAG of
+    """The plan as steps; `ValueError` naming the problem when it is not a DAG of
     uniquely named steps whose dependencies exist."""
     plan = [item if isinstance(item, Step) else Step(**item) for item in steps]
     ids: set[str] = set()
@@ -216,7 +216,8 @@ def _check_acyclic(plan: list[Step]) -> None:
 
 
 class ReferenceOrchestrator:
-    """The reference implementation of :class:`OrchestratorProtocol`.
+    """The reference implementation of
+    [`OrchestratorProtocol`][amplifier_anyio.lifecycle.OrchestratorProtocol].
 
     ``workers`` maps a name to an async callable ``(step, context) -> result``;
     ``planner`` is an async callable ``(goal, context) -> steps`` (none: one step whose
@@ -226,8 +227,9 @@ class ReferenceOrchestrator:
     ``rng`` draws the retry jitter.
 
     Run it with ``async for event in orchestrator.orchestrate(goal, context)`` — wrapped
-    in :func:`contextlib.aclosing` when the loop may stop early, so that the teardown
-    runs at once rather than when the generator is collected — or with :meth:`run`.
+    in `contextlib.aclosing` when the loop may stop early, so that the teardown
+    runs at once rather than when the generator is collected — or with
+    [`run`][amplifier_anyio.lifecycle.ReferenceOrchestrator.run].
     """
 
     def __init__(
@@ -278,7 +280,8 @@ class ReferenceOrchestrator:
     ) -> RoutingDecision:
         """A pure function of its arguments: the explicit ``target`` when available, else
         the best name match, ties to the name that sorts first; the runner-up is the
-        fallback. See :func:`route`. Raises :class:`ValueError` with no agents."""
+        fallback. See [`route`][amplifier_anyio.lifecycle.route]. Raises `ValueError` with no
+        agents."""
         return route(task, available_agents, target=target)
 
     async def handle_error(
@@ -328,11 +331,12 @@ class ReferenceOrchestrator:
         error_strategy: ErrorPropagation = ErrorPropagation.FAIL_FAST,
         timeout: float | None = None,
     ) -> OrchestrationResult:
-        """Consume :meth:`orchestrate` and describe how it ended.
+        """Consume [`orchestrate`][amplifier_anyio.lifecycle.ReferenceOrchestrator.orchestrate] and
+        describe how it ended.
 
         An orchestration that fails is a result (stage FAILED, ``error`` the
-        :class:`OrchestrationError`), under FAIL_FAST too; the host's own cancellation
-        propagates.
+        [`OrchestrationError`][amplifier_anyio.errors.OrchestrationError]), under FAIL_FAST too; the
+        host's own cancellation propagates.
         """
         events: list[OrchestratorEvent] = []
         error: BaseException | None = None
@@ -369,10 +373,11 @@ class ReferenceOrchestrator:
         exactly one of complete / failed / cancelled, then nothing.
 
         ``timeout`` (seconds, from the first iteration) ends the orchestration CANCELLED,
-        as :meth:`cancel` does. Under FAIL_FAST the first failure yields FAILED, tears
-        down, then raises :class:`OrchestrationError`; under the other strategies FAILED
-        (or COMPLETE with ``success: False`` for CONTINUE) is the last event and nothing
-        is raised. Teardown runs exactly once on every path, ``aclose()`` included.
+        as [`cancel`][amplifier_anyio.lifecycle.ReferenceOrchestrator.cancel] does. Under FAIL_FAST
+        the first failure yields FAILED, tears down, then raises
+        [`OrchestrationError`][amplifier_anyio.errors.OrchestrationError]; under the other
+        strategies FAILED (or COMPLETE with ``success: False`` for CONTINUE) is the last event and
+        nothing is raised. Teardown runs exactly once on every path, ``aclose()`` included.
         """
         _check("timeout", timeout, exclusive=False)
         strategy = ErrorPropagation(error_strategy)
@@ -521,7 +526,9 @@ class ReferenceOrchestrator:
             wave.cancel()
 
     async def _attempts(self, run: OrchestrationRun, outcome: StepOutcome) -> None:
-        """Attempt the step until it succeeds or :meth:`handle_error` says the failure is final."""
+        """Attempt the step until it succeeds or
+        [`handle_error`][amplifier_anyio.lifecycle.ReferenceOrchestrator.handle_error] says the
+        failure is final."""
         step, target = outcome.step, outcome.decision.target
         fallback = outcome.decision.fallback
         while True:
@@ -579,14 +586,14 @@ class ReferenceOrchestrator:
         return error
 
     async def _attempt(self, step: Step, target: str, context: ExecutionContext) -> Any:
-        """One attempt, under ``step_timeout`` (a :class:`TimeoutError` when it passes)."""
+        """One attempt, under ``step_timeout`` (a `TimeoutError` when it passes)."""
         if self.step_timeout is None:
             return await self._execute_step(step, target, context)
         with anyio.fail_after(self.step_timeout):
             return await self._execute_step(step, target, context)
 
     async def _execute_step(self, step: Step, target: str, context: ExecutionContext) -> Any:
-        """Call the worker ``target`` (a :class:`KeyError` when there is none)."""
+        """Call the worker ``target`` (a `KeyError` when there is none)."""
         worker = self.workers.get(target)
         if worker is None:
             msg = f"no worker named {target!r}"
@@ -669,7 +676,8 @@ class ReferenceOrchestrator:
     @contextlib.contextmanager
     def _scope(self, run: OrchestrationRun) -> Iterator[anyio.CancelScope]:
         """The cancel scope one piece of work runs in: the run's deadline, and
-        :meth:`OrchestrationRun.cancel` cancels it."""
+        [`OrchestrationRun.cancel`][amplifier_anyio.lifecycle.OrchestrationRun.cancel] cancels
+        it."""
         with anyio.CancelScope(deadline=run.deadline) as scope:
             run.scope = scope
             if run.cancel_requested:

@@ -25,13 +25,15 @@ class RetryPolicy:
 
     ``max_attempts`` is the total number of attempts of a step, first one included (3:
     the step runs at most three times). Before attempt ``n + 1`` the step waits
-    :meth:`delay` ``(n)`` seconds on anyio's clock: the nominal delay
-    ``min(base_delay * multiplier ** (n - 1), max_delay)``, moved by a random fraction of
-    itself up to ``± jitter``, and never more than ``max_delay`` (see :meth:`bounds`).
+    [`delay`][amplifier_anyio.lifecycle.RetryPolicy.delay] ``(n)`` seconds on anyio's clock: the
+    nominal delay ``min(base_delay * multiplier ** (n - 1), max_delay)``, moved by a random fraction
+    of itself up to ``± jitter``, and never more than ``max_delay`` (see
+    [`bounds`][amplifier_anyio.lifecycle.RetryPolicy.bounds]).
 
     A failure is retried when it is *recoverable*: an instance of one of ``retry_on``
-    (every ``Exception`` by default; a step timeout is a :class:`TimeoutError`), except an
-    :class:`~amplifier_anyio.errors.OrchestrationError` that says it is not recoverable.
+    (every ``Exception`` by default; a step timeout is a `TimeoutError`), except an
+    [`OrchestrationError`][amplifier_anyio.errors.OrchestrationError] that says it is not
+    recoverable.
     """
 
     max_attempts: int = attrs.field(
@@ -44,7 +46,8 @@ class RetryPolicy:
     retry_on: tuple[type[BaseException], ...] = (Exception,)
 
     def bounds(self, attempt: int) -> tuple[float, float]:
-        """The least and the most :meth:`delay` may wait after failed attempt ``attempt`` (≥ 1)."""
+        """The least and the most [`delay`][amplifier_anyio.lifecycle.RetryPolicy.delay] may wait
+        after failed attempt ``attempt`` (≥ 1)."""
         if attempt < 1:
             msg = f"attempt: expected an integer >= 1, got {attempt!r}"
             raise ValueError(msg)

@@ -59,7 +59,7 @@ def route(
     scores the words of its name found in the task (two more when the whole name is
     there); the best score wins and ties go to the name that sorts first, so neither the
     order of ``available_agents`` nor any earlier call changes the answer. The fallback
-    is the runner-up. Raises :class:`ValueError` when no agent is available.
+    is the runner-up. Raises `ValueError` when no agent is available.
     """
     agents = sorted(set(available_agents))
     if not agents:

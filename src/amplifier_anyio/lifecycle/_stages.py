@@ -48,12 +48,13 @@ class ErrorPropagation(enum.StrEnum):
     """What an orchestration does when a step fails."""
 
     FAIL_FAST = "fail_fast"
-    """Stop at the first failure: FAILED, teardown, then :class:`OrchestrationError` raised."""
+    """Stop at the first failure: FAILED, teardown, then
+    [`OrchestrationError`][amplifier_anyio.errors.OrchestrationError] raised."""
     CONTINUE = "continue"
     """Record the failure, run every step that does not depend on it, complete with
     ``success: False``."""
     RETRY = "retry"
     """Retry a recoverable failure with exponential backoff and jitter, up to
-    :attr:`RetryPolicy.max_attempts` attempts in all; then FAILED."""
+    `RetryPolicy.max_attempts` attempts in all; then FAILED."""
     FALLBACK = "fallback"
     """Run the routing decision's fallback target; if there is none or it fails too, FAILED."""

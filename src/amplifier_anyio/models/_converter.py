@@ -185,7 +185,8 @@ def _readable(path: str) -> str:
 
 
 def structure(data: Any, cls: type[T]) -> T:
-    """Build a ``cls`` from plain data, or raise :class:`ValidationError` naming each path.
+    """Build a ``cls`` from plain data, or raise
+    [`ValidationError`][amplifier_anyio.ValidationError] naming each path.
 
     >>> structure({"role": "user", "content": [{"type": "txt"}]}, Message)
     Traceback (most recent call last):

@@ -191,11 +191,18 @@ class Message:
     """
 
     role: Role = attrs.field(validator=one_of(_ROLES))
-    content: str | list[ContentBlock] = ""
+    content: str | list[ContentBlock] = attrs.field(default="")
     name: str | None = None
     tool_call_id: str | None = None
     tool_calls: list[ToolCall] | None = None
     metadata: dict[str, Any] | None = None
+
+    @content.validator
+    def _check_content(self, _attribute: Any, value: Any) -> None:
+        # Refused when built, not when a request is: None would only fail far away.
+        if not isinstance(value, str | list):
+            msg = f"content: expected a string or a list of content blocks, got {value!r}"
+            raise TypeError(msg)
 
 
 @attrs.frozen(kw_only=True)

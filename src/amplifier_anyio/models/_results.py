@@ -98,8 +98,8 @@ class ContextInjection:
 class HookResult:
     """What a hook handler answers.
 
-    ``action`` is exactly one of :data:`HOOK_ACTIONS`; the other closed fields (roles,
-    levels, the approval default) are checked when the object is built.
+    ``action`` is exactly one of [`HOOK_ACTIONS`][amplifier_anyio.models.HOOK_ACTIONS]; the other
+    closed fields (roles, levels, the approval default) are checked when the object is built.
     """
 
     action: HookAction = attrs.field(default="continue", validator=one_of(HOOK_ACTIONS))

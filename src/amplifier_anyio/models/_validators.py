@@ -13,7 +13,7 @@ from ..errors import ConfigError, ValidationError
 
 def one_of(allowed: tuple[Any, ...], *, optional: bool = False) -> Callable[..., None]:
     """Reject any value outside ``allowed`` (and None unless ``optional``), naming the field:
-    a :class:`~amplifier_anyio.errors.ValidationError` (also a ``ValueError``)."""
+    a [`ValidationError`][amplifier_anyio.ValidationError] (also a ``ValueError``)."""
 
     def check(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is None and optional:

@@ -1,9 +1,9 @@
 """loop-basic: prompt → provider → tools (in parallel) → provider … → answer.
 
-A short policy over the shared turn engine (:mod:`amplifier_anyio.runtime._turn`): each
+A short policy over the shared turn engine (`amplifier_anyio.runtime._turn`): each
 response's tool calls run as one structured batch. The engine owns the turn's cancel
-scope, the terminal events and the :class:`TurnResult`; see its docstring for what holds
-on every path.
+scope, the terminal events and the [`TurnResult`][amplifier_anyio.TurnResult]; see its docstring for
+what holds on every path.
 """
 
 from __future__ import annotations
@@ -97,19 +97,25 @@ class LoopBasicOrchestrator:
     """The basic agent loop with structured parallel tools.
 
     ``execute()`` is Amplifier's call (the answer as a string; a failed turn raises its
-    exception). ``run_turn()`` returns the full :class:`TurnResult`; the last one stays in
-    :attr:`last_result`. Turns never share state: one orchestrator may run several at once.
+    exception). ``run_turn()`` returns the full [`TurnResult`][amplifier_anyio.TurnResult]; the last
+    one stays in `last_result`. Turns never share state: one orchestrator may run several at once.
     """
 
     name = "loop-basic"
     streaming = False
     tool_runner: ToolRunner | None = None
     """The tool policy handed to the engine; None: one structured batch per response."""
+    config_class: ClassVar[type[Any]] = LoopBasicConfig
+    """The settings class (``from_dict``, ``turn_config()``, ``batch_config()``)."""
+    turn_class: ClassVar[type[Turn]] = Turn
+    """The engine's turn: an orchestrator with a loop of its own subclasses it."""
+    resumable: ClassVar[bool] = True
+    """Whether ``resume_turn`` can continue a held or interrupted turn."""
 
-    def __init__(self, config: LoopBasicConfig | dict[str, Any] | None = None) -> None:
-        if not isinstance(config, LoopBasicConfig):
-            config = LoopBasicConfig.from_dict(config)
-        self.config = config
+    def __init__(self, config: Any = None) -> None:
+        if not isinstance(config, self.config_class):
+            config = self.config_class.from_dict(config)
+        self.config: Any = config
         self.last_result: TurnResult | None = None
         self._turn_config = config.turn_config()
         self._batch_config = config.batch_config()
@@ -154,26 +160,31 @@ class LoopBasicOrchestrator:
         standalone = coordinator is None
         if coordinator is None:
             coordinator = ModuleCoordinator()
-        token = coordinator.claim_turn(cancellation)
+        handle = coordinator.claim_turn(cancellation)
         if standalone:
             await coordinator.mount("context", context)
-        turn = Turn(
+        turn = self.turn_class(
             prompt=prompt,
             context=context,
             providers=providers,
             tools=tools or {},
             hooks=hooks,
             coordinator=coordinator,
-            token=token,
+            handle=handle,
             config=self._turn_config,
             batch=self._batch_config,
             orchestrator=self.name,
             streaming=self.streaming,
             run_tools=self.tool_runner,
             resuming=resuming,
+            **self.turn_options(),
         )
         self.last_result = await turn.run()
         return self.last_result
+
+    def turn_options(self) -> dict[str, Any]:
+        """Keyword arguments of `turn_class` beyond the engine's own (none here)."""
+        return {}
 
     async def resume_turn(
         self,
@@ -187,7 +198,8 @@ class LoopBasicOrchestrator:
         cancellation: CancellationToken | None = None,
     ) -> TurnResult:
         """Continue the turn ``context`` ends in (``session.resume``; ``docs/durable.md``):
-        finish the held calls of its last batch, then go on as :meth:`run_turn`."""
+        finish the held calls of its last batch, then go on as
+        [`run_turn`][amplifier_anyio.orchestrators.LoopBasicOrchestrator.run_turn]."""
         return await self.run_turn(
             prompt,
             context,

@@ -1,11 +1,11 @@
 """loop-events: loop-basic's turn with a scheduler stage before every tool call.
 
-A short policy over the shared turn engine (:mod:`amplifier_anyio.runtime._turn`). Before a
+A short policy over the shared turn engine (`amplifier_anyio.runtime._turn`). Before a
 call's ``tool:pre``, the orchestrator emits ``tool:selecting`` and collects the answer of
 **every** scheduler (the handlers of that event) with
-:meth:`~amplifier_anyio.kernel.HookRegistry.emit_and_collect`, each under its own
+[`emit_and_collect`][amplifier_anyio.HookRegistry.emit_and_collect], each under its own
 ``scheduler_timeout``; a scheduler that raises, hangs or answers garbage is logged and
-ignored. The answers are reduced by :func:`reduce_answers`:
+ignored. The answers are reduced by `reduce_answers`:
 
 * any ``deny`` vetoes the call: its result is ``Error: <reason>``;
 * otherwise the ``modify`` with the highest ``HookResult.priority`` wins (ties: the
@@ -207,20 +207,9 @@ class LoopEventsOrchestrator(LoopBasicOrchestrator):
         self.tool_runner = self.run_tools
 
     async def run_tools(self, turn: Turn, response: ChatResponse, calls: list[ToolCall]) -> None:
-        """The engine's tool policy: one :class:`SchedulingBatch` per response."""
-        batch = SchedulingBatch(
-            calls=calls,
-            tools=turn.tools,
-            hooks=turn.hooks,
-            coordinator=turn.coordinator,
-            config=turn.batch,
-            scheduler_timeout=self.scheduler_timeout,
-        )
-        try:
-            await batch.run(turn.context, assistant_message(response, calls))
-        finally:
-            turn.injections.extend(batch.pending_injections)
-            turn.problems.extend(batch.problems)
+        """The engine's tool policy: one `SchedulingBatch` per response."""
+        batch = turn.new_batch(calls, SchedulingBatch, scheduler_timeout=self.scheduler_timeout)
+        await turn.run_tool_batch(batch, assistant_message(response, calls))
 
 
 async def mount(coordinator: ModuleCoordinator, config: dict[str, Any] | None = None) -> None:

@@ -1,6 +1,7 @@
 """loop-lifecycle: the lifecycle orchestrator protocol inside a session turn.
 
-The turn goes through the protocol's stages (:mod:`amplifier_anyio.lifecycle`):
+The turn goes through the protocol's stages
+([`amplifier_anyio.lifecycle`][amplifier_anyio.lifecycle]):
 
 * **initialize** — the mounted tools are the workers;
 * **plan** — the provider is asked for a JSON list of steps, each naming a mounted tool,
@@ -9,7 +10,7 @@ The turn goes through the protocol's stages (:mod:`amplifier_anyio.lifecycle`):
   one ends the turn FAILED;
 * **route** / **execute** — each wave of ready steps is routed (a step names its tool;
   routing's runner-up is the fallback) and runs through the shared tool batch
-  (:mod:`amplifier_anyio.runtime._tool_batch`) as one assistant message with its tool
+  (`amplifier_anyio.runtime._tool_batch`) as one assistant message with its tool
   calls, answered by one ``role: tool`` message per call — so the conversation is valid
   for any provider and the five invariants of DESIGN §6 hold. A retry or a fallback is
   another such pair;
@@ -20,8 +21,8 @@ The turn goes through the protocol's stages (:mod:`amplifier_anyio.lifecycle`):
 Each stage is emitted as the hook event ``lifecycle:<stage>`` with ``{stage, data,
 trace_id}`` (``data`` as plain JSON-like values). The planning and aggregation
 instructions are ephemeral: they reach one request and are never stored in the context.
-The engine (:mod:`amplifier_anyio.runtime._turn`) owns the turn's scope, its terminal
-events and the :class:`TurnResult`, as for loop-basic.
+The engine (`amplifier_anyio.runtime._turn`) owns the turn's scope, its terminal
+events and the [`TurnResult`][amplifier_anyio.TurnResult], as for loop-basic.
 """
 
 from __future__ import annotations
@@ -69,14 +70,12 @@ from ..lifecycle._reference import StepStatus
 from ..models import ChatResponse, TextBlock, ToolCall, structure
 from ..models._validators import number, one_of
 from ..runtime._requests import assistant_message, select_provider
-from ..runtime._tool_batch import ToolBatch, ToolBatchConfig
+from ..runtime._tool_batch import ToolBatchConfig
 from ..runtime._turn import Turn, TurnConfig
+from .loop_basic import LoopBasicOrchestrator
 
 if TYPE_CHECKING:
-    from ..interfaces import ContextManager, Provider, Tool
-    from ..kernel._cancellation import CancellationToken
-    from ..kernel._hooks import HookRegistry
-    from ..kernel._turns import TurnResult
+    from ..interfaces import Provider
 
 __all__ = (
     "LoopLifecycleConfig",
@@ -204,7 +203,7 @@ class LoopLifecycleConfig:
 
 
 def parse_plan(text: str, tools: Mapping[str, Any], *, max_steps: int = 30) -> list[Step]:
-    """The steps of a planning reply; :class:`ValueError` saying what is wrong otherwise.
+    """The steps of a planning reply; `ValueError` saying what is wrong otherwise.
 
     The reply is a JSON list (a Markdown code fence around it is allowed) of objects with
     ``id`` (a string), ``tool`` (a mounted tool), optional ``input`` (an object),
@@ -313,7 +312,7 @@ class _SessionOrchestrator(ReferenceOrchestrator):
 
     async def _ask(self, injections: list[dict[str, Any]]) -> ChatResponse:
         self.turn.injections.extend(injections)
-        response = await self.turn._call(self.provider, with_tools=False)
+        response = await self.turn.call_provider(self.provider, with_tools=False)
         if response is None:
             raise _DeniedError(self.turn.text)
         return response
@@ -351,7 +350,7 @@ class _SessionOrchestrator(ReferenceOrchestrator):
 
     async def _aggregate(self, run: OrchestrationRun) -> Any:
         response = await self._ask([{"role": "user", "content": AGGREGATE_INSTRUCTIONS}])
-        await self.turn._answer(response)
+        await self.turn.answer(response)
         return response.text
 
     async def _run_wave(self, run: OrchestrationRun, outcomes: list[StepOutcome]) -> None:
@@ -402,18 +401,10 @@ class _SessionOrchestrator(ReferenceOrchestrator):
         names = ", ".join(o.step.id for o, _ in round_)
         note = TextBlock(text=f"Running plan steps {names}.")
         message = assistant_message(ChatResponse(content=[note], tool_calls=calls), calls)
-        batch = ToolBatch(
-            calls=calls,
-            tools=turn.tools,
-            hooks=turn.hooks,
-            coordinator=turn.coordinator,
-            config=turn.batch,
-        )
+        batch = turn.new_batch(calls)
         try:
-            await batch.run(turn.context, message)
+            await turn.run_tool_batch(batch, message)
         finally:
-            turn.injections.extend(batch.pending_injections)
-            turn.problems.extend(batch.problems)
             contents = batch.contents()
             for index, (outcome, target) in enumerate(round_):
                 self._settle(outcome, target, contents[index], batch.succeeded[index])
@@ -473,14 +464,14 @@ class _LifecycleTurn(Turn):
     """Steps routed and not yet reported executed (id → step)."""
     _turn_scope: anyio.CancelScope | None = None
 
-    def _bind_scope(self, scope: anyio.CancelScope) -> AbstractContextManager[Any]:
+    def bind_scope(self, scope: anyio.CancelScope) -> AbstractContextManager[Any]:
         self._turn_scope = scope
         return self.token.bind_scope(cast("anyio.CancelScope", _ImmediateCancel(self, scope)))
 
-    async def _loop(self) -> None:
+    async def body(self) -> None:
         submitted = await self.hook(PROMPT_SUBMIT, {"prompt": self.prompt})
         if submitted.action == "deny":
-            self._deny(submitted)
+            self.deny(submitted)
             return
         self.queue_ephemeral(submitted)
         self.provider_name, provider = select_provider(self.providers, self.config.default_provider)
@@ -561,7 +552,7 @@ class _LifecycleTurn(Turn):
         event = STAGE_EVENTS[stage]
         if shielded:
             with anyio.CancelScope(shield=True):
-                await self._bounded(event, self.hooks.emit(event, payload))
+                await self.bounded(event, self.hooks.emit(event, payload))
             return
         # Under the turn's deadline, and cut short by an immediate cancel (_ImmediateCancel).
         with anyio.CancelScope(deadline=self.deadline) as scope:
@@ -574,74 +565,21 @@ class _LifecycleTurn(Turn):
                 self.emit_scope = None
 
 
-class LoopLifecycleOrchestrator:
+class LoopLifecycleOrchestrator(LoopBasicOrchestrator):
     """The lifecycle protocol as a session orchestrator (see the module docstring).
 
-    ``execute()`` is Amplifier's call (the answer; a failed turn raises its exception);
-    ``run_turn()`` returns the :class:`TurnResult`; the last one stays in
-    :attr:`last_result`. Turns never share state.
+    The same shell as loop-basic (``execute()``, ``run_turn()``, `last_result`); only
+    the turn's loop differs. It cannot resume a turn.
     """
 
     name = "loop-lifecycle"
+    config_class = LoopLifecycleConfig
+    turn_class = _LifecycleTurn
+    resumable = False
 
-    def __init__(self, config: LoopLifecycleConfig | dict[str, Any] | None = None) -> None:
-        if not isinstance(config, LoopLifecycleConfig):
-            config = LoopLifecycleConfig.from_dict(config)
-        self.config = config
-        self.last_result: TurnResult | None = None
-        self._turn_config = config.turn_config()
-        self._batch_config = config.batch_config()
-
-    async def execute(
-        self,
-        prompt: str,
-        context: ContextManager,
-        providers: dict[str, Provider],
-        tools: dict[str, Tool],
-        hooks: HookRegistry,
-        **kwargs: Any,
-    ) -> str:
-        """Run one turn and return its text; re-raise the turn's error if it failed."""
-        result = await self.run_turn(
-            prompt, context, providers, tools, hooks, coordinator=kwargs.get("coordinator")
-        )
-        if result.error is not None:
-            raise result.error
-        return result.text
-
-    async def run_turn(
-        self,
-        prompt: str,
-        context: ContextManager,
-        providers: dict[str, Provider],
-        tools: dict[str, Tool],
-        hooks: HookRegistry,
-        *,
-        coordinator: ModuleCoordinator | None = None,
-        cancellation: CancellationToken | None = None,
-    ) -> TurnResult:
-        """Run one turn to its end and describe how it ended (as loop-basic's)."""
-        standalone = coordinator is None
-        if coordinator is None:
-            coordinator = ModuleCoordinator()
-        token = coordinator.claim_turn(cancellation)
-        if standalone:
-            await coordinator.mount("context", context)
-        turn = _LifecycleTurn(
-            prompt=prompt,
-            context=context,
-            providers=providers,
-            tools=tools or {},
-            hooks=hooks,
-            coordinator=coordinator,
-            token=token,
-            config=self._turn_config,
-            batch=self._batch_config,
-            orchestrator=self.name,
-            settings=self.config,
-        )
-        self.last_result = await turn.run()
-        return self.last_result
+    def turn_options(self) -> dict[str, Any]:
+        """The lifecycle settings of the turn."""
+        return {"settings": self.config}
 
 
 async def mount(coordinator: ModuleCoordinator, config: dict[str, Any] | None = None) -> None:

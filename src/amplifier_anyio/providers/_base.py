@@ -1,8 +1,8 @@
 """What the HTTP providers share: config reading, identity, streaming plumbing, mounting.
 
-Each provider module describes itself with a :class:`ProviderSpec` (its id, environment
+Each provider module describes itself with a `ProviderSpec` (its id, environment
 variables and defaults), reads the config keys common to both APIs through
-:class:`ProviderSettings`, and inherits from :class:`HTTPProvider` the parts that do not
+`ProviderSettings`, and inherits from `HTTPProvider` the parts that do not
 depend on the wire format. Payloads, parsing and stream decoding stay in the modules.
 """
 
@@ -72,8 +72,8 @@ class ProviderSpec:
     def api_key(self, cfg: Mapping[str, Any]) -> str:
         """The key from config, else the environment, else empty; surrounding whitespace
         (a trailing newline from a file) is stripped, and a key with whitespace or a
-        control character inside is refused with a :class:`ConfigError` that does not
-        repeat it."""
+        control character inside is refused with a [`ConfigError`][amplifier_anyio.ConfigError] that
+        does not repeat it."""
         if cfg.get("api_key"):
             return header_value(cfg["api_key"], "api_key")
         return header_value(os.environ.get(self.api_key_env) or "", self.api_key_env)
@@ -127,8 +127,8 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 def expand_env(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` with every ``${VAR}`` in its string values (nested too) replaced by the
-    environment variable; an unset one is a :class:`ConfigError` naming the key and the
-    variable."""
+    environment variable; an unset one is a [`ConfigError`][amplifier_anyio.ConfigError] naming the
+    key and the variable."""
 
     def expand(value: Any, key: str) -> Any:
         if isinstance(value, str):
@@ -152,8 +152,8 @@ def expand_env(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def header_value(value: Any, key: str) -> str:
     """``value`` stripped, as it may go into an HTTP header; one with whitespace, a control
-    character or a non-Latin-1 character inside is a :class:`ConfigError` naming ``key``
-    (never the value: it may be a credential)."""
+    character or a non-Latin-1 character inside is a [`ConfigError`][amplifier_anyio.ConfigError]
+    naming ``key`` (never the value: it may be a credential)."""
     text = str(value).strip()
     for char in text:
         if char.isspace() or ord(char) < 32 or ord(char) == 127 or ord(char) > 255:
@@ -199,7 +199,7 @@ class ProviderSettings:
     def from_config(cls, cfg: Mapping[str, Any], spec: ProviderSpec) -> ProviderSettings:
         """Read ``name``, ``api_key``, ``base_url``, ``model``, ``priority``,
         ``context_window``, the output limit, ``timeout``, ``idle_timeout`` and the retry
-        keys; a bad number is a :class:`ConfigError` naming its key."""
+        keys; a bad number is a [`ConfigError`][amplifier_anyio.ConfigError] naming its key."""
         return cls(
             name=str(cfg.get("name") or cfg.get("instance_id") or spec.id),
             api_key=spec.api_key(cfg),
@@ -310,8 +310,8 @@ _SHAPE_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError)
 @contextmanager
 def malformed_guard(provider: str, model: str | None, noun: str) -> Iterator[None]:
     """Turn any error of reading a decoded body (a field of the wrong type, a missing
-    key) into a :class:`MalformedResponseError` naming it; LLMErrors pass as they are.
-    Wrap pure parsing only, never a ``yield``."""
+    key) into a [`MalformedResponseError`][amplifier_anyio.errors.MalformedResponseError] naming it;
+    LLMErrors pass as they are. Wrap pure parsing only, never a ``yield``."""
     try:
         yield
     except LLMError:

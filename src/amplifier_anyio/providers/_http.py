@@ -1,7 +1,7 @@
 """The HTTP layer the real providers share: one client, retries, SSE, error mapping.
 
-:class:`HTTPClient` owns one ``httpx.AsyncClient`` per provider instance. Every request
-runs under a deadline; a failed attempt becomes an :class:`~amplifier_anyio.errors.LLMError`
+`HTTPClient` owns one ``httpx.AsyncClient`` per provider instance. Every request
+runs under a deadline; a failed attempt becomes an [`LLMError`][amplifier_anyio.LLMError]
 subclass, and the retryable ones (408, 409, 429, 5xx, 529, timeouts, connection failures)
 are repeated with exponential backoff and jitter, honouring ``Retry-After``, within a cap
 on attempts and on total time. Each retry emits ``provider:retry`` before its sleep.
@@ -73,7 +73,7 @@ __all__ = (
 logger = logging.getLogger(__name__)
 
 RETRYABLE_STATUS_CODES: Final = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
-"""Statuses worth repeating; any other 5xx is retried too (see :func:`error_from_status`)."""
+"""Statuses worth repeating; any other 5xx is retried too (see `error_from_status`)."""
 
 _DRAIN_TIMEOUT: Final = 0.0  # after the last event nothing is waited for
 _CLOSE_TIMEOUT: Final = 5.0  # httpx aclose can hang on half-closed sockets; never wait longer
@@ -187,7 +187,7 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 
 
 def leaks(text: str, secrets: Iterable[str]) -> bool:
-    """Whether ``text`` repeats a secret in any form :func:`redact` masks."""
+    """Whether ``text`` repeats a secret in any form `redact` masks."""
     return redact(text, secrets) != text
 
 
@@ -302,13 +302,17 @@ def error_from_payload(
     model: str | None,
     status_code: int | None = None,
     retry_after: float | None = None,
+    note: str = "",
 ) -> LLMError:
-    """Map an error body (an HTTP error response or an error event inside a stream)."""
+    """Map an error body (an HTTP error response or an error event inside a stream);
+    ``note`` ends the message (where the request went, what to change)."""
     message, kind, code = _error_fields(body)
     cls, retryable = _classify(status_code, message, kind, code)
     where = f"HTTP {status_code}" if status_code is not None else "an error event"
     detail = message or kind or code or "no details"
     text = f"{provider} returned {where}: {detail[:_MAX_MESSAGE]}"
+    if note:
+        text = f"{text} ({note})"
     return cls(
         text,
         provider=provider,
@@ -341,7 +345,36 @@ def error_from_status(
         model=model,
         status_code=response.status_code,
         retry_after=retry_after,
+        note=_wrong_address(response, secrets),
     )
+
+
+_OPENAI_ENDPOINTS: Final = ("/chat/completions", "/responses", "/models")
+
+
+def _wrong_address(response: httpx.Response, secrets: Iterable[str]) -> str:
+    """For a 404 or 405 — most often a base URL that is not the API's — the URL called
+    and, for the usual slips, the fix: ``/v1`` twice (a base URL ending in ``/v1`` given
+    to a provider that adds it), or an OpenAI-compatible path without ``/v1``."""
+    if response.status_code not in (404, 405):
+        return ""
+    url = response.request.url
+    called = redact(str(url.copy_with(query=None, fragment=None)), secrets)
+    note = f"{response.request.method} {called}"
+    root = str(url.copy_with(path="/", query=None, fragment=None)).rstrip("/")
+    path = url.path
+    if "/v1/v1/" in path:
+        base = root + path[: path.index("/v1/v1/")]
+        note += (
+            f"; the base URL ends in /v1, which the provider adds itself: use {base} "
+            "(Anthropic's base URL is the API root, without /v1)"
+        )
+    elif path in _OPENAI_ENDPOINTS:
+        note += (
+            "; OpenAI-compatible servers serve the API under /v1: "
+            f"use the base URL {redact(root, secrets)}/v1"
+        )
+    return note
 
 
 def decode_tool_arguments(raw: Any) -> dict[str, Any]:
@@ -466,8 +499,8 @@ class HTTPClient:
     wherever text from the server or the transport is repeated. ``timeout`` bounds a
     whole response — headers, body and every event of a stream — from the start of its
     attempt; ``idle_timeout`` (None: no bound of its own) bounds the wait for each piece
-    of a stream. Either raises :class:`LLMTimeoutError`. ``sleep`` and
-    ``wall_time`` exist for tests (virtual time, fixed dates).
+    of a stream. Either raises [`LLMTimeoutError`][amplifier_anyio.errors.LLMTimeoutError].
+    ``sleep`` and ``wall_time`` exist for tests (virtual time, fixed dates).
     """
 
     def __init__(
@@ -509,7 +542,7 @@ class HTTPClient:
 
     @property
     def is_closed(self) -> bool:
-        """True once :meth:`aclose` ran."""
+        """True once `aclose` ran."""
         return self._client.is_closed
 
     async def aclose(self) -> None:
@@ -552,8 +585,8 @@ class HTTPClient:
         """POST and yield the response's server-sent events.
 
         Retries cover getting the response headers only: once events flow, a failure is a
-        :class:`StreamError` (or a timeout) for the caller. Leaving the block, however it
-        is left, closes the response.
+        [`StreamError`][amplifier_anyio.errors.StreamError] (or a timeout) for the caller. Leaving
+        the block, however it is left, closes the response.
         """
         call = _Call("POST", path, json_body=json_body, model=model, timeout=timeout, stream=True)
         response, until = await self._send(call)

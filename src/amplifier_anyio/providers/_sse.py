@@ -1,6 +1,6 @@
 """A small server-sent events decoder (the WHATWG ``text/event-stream`` rules we need).
 
-It reads lines, not bytes: :class:`LineSplitter` cuts the response's text into lines
+It reads lines, not bytes: `LineSplitter` cuts the response's text into lines
 (``\r\n``, ``\n`` or ``\r`` only, as the standard says — not ``httpx``'s
 ``aiter_lines()``, which also splits at U+2028, U+0085 and other characters a JSON string
 may hold raw), and one network chunk is one wait, however many lines it brings. It does
@@ -58,7 +58,7 @@ class SSEDecoder:
     """Turns lines (terminators removed) into events, one line at a time.
 
     A blank line dispatches the event being built; comment lines (``:`` first) are
-    skipped; :meth:`flush` dispatches what is still pending when the lines end, so a
+    skipped; `flush` dispatches what is still pending when the lines end, so a
     server that omits the final blank line loses nothing. It is push-style, not an async
     generator, so the only generator over the response is the one the caller closes.
     """

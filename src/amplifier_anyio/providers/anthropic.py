@@ -6,7 +6,8 @@ of one user message, in call order; thinking blocks travel back with their ``sig
 unchanged (redacted thinking as is). Blocks we do not interpret — server tools'
 ``server_tool_use`` / ``web_search_tool_result`` and the like — are kept verbatim as
 ``ProviderBlock`` and sent back unchanged, in place (a ``pause_turn`` continuation needs
-them). ``base_url`` is the API root without ``/v1``, as the official SDK takes it.
+them). ``base_url`` is the API root without ``/v1``, as the official SDK takes it; one
+that ends in ``/v1`` (the OpenAI habit) is cut back to the root, with a warning.
 """
 
 from __future__ import annotations
@@ -146,6 +147,25 @@ def api_version(version: str) -> ApiVersion:
     return attrs.evolve(_NEWER, version=version)
 
 
+def _api_root(settings: ProviderSettings) -> ProviderSettings:
+    """``settings`` with a base URL ending in ``/v1`` cut back to the API root, with a
+    warning: ``/v1`` is ours to add (as the official SDK does), and a base URL with it —
+    the OpenAI habit — would send every request to ``…/v1/v1/messages``."""
+    base = settings.base_url.rstrip("/")
+    if not base.endswith("/v1"):
+        return settings
+    root = base.removesuffix("/v1")
+    _log.warning(
+        "provider-%s: base_url %s ends in /v1; Anthropic's base URL is the API root "
+        "without it: using %s (requests go to %s/v1/messages)",
+        _SPEC.id,
+        base,
+        root,
+        root,
+    )
+    return attrs.evolve(settings, base_url=root)
+
+
 class AnthropicProvider(HTTPProvider):
     """A provider for the Messages API.
 
@@ -166,7 +186,7 @@ class AnthropicProvider(HTTPProvider):
         **http_options: Any,
     ) -> None:
         cfg = expand_env(config or {})
-        settings = ProviderSettings.from_config(cfg, _SPEC)
+        settings = _api_root(ProviderSettings.from_config(cfg, _SPEC))
         self.max_tokens = settings.max_output_tokens
         self.temperature: float | None = cfg.get("temperature")
         self.extended_thinking = bool(cfg.get("extended_thinking", False))

@@ -391,7 +391,8 @@ def parse_completion(
 
     The first choice is the answer. A ``refusal`` is kept as the text, with finish reason
     ``refusal``; a tool call cut by the token limit carries the truncation marker.
-    Raises :class:`MalformedResponseError` when there is no choice.
+    Raises [`MalformedResponseError`][amplifier_anyio.errors.MalformedResponseError] when there is
+    no choice.
     """
     if not isinstance(body, Mapping):
         raise TypeError(f"the body is {type(body).__name__}, not an object")
@@ -499,6 +500,7 @@ class _StreamState:
         self.usage: Usage | None = None
         self.meta: dict[str, Any] | None = None
         self.done = False
+        self.answered = False  # some chunk carried the first choice
 
     def open(self, kind: str, **fields: Any) -> tuple[int, dict[str, Any]]:
         index = len(self.blocks)
@@ -517,6 +519,7 @@ class _StreamState:
             if (choice.get("index") or 0) != 0:  # n > 1: the first choice is the answer
                 several = True
                 continue
+            self.answered = True
             events += self.feed(choice.get("delta") or {})
             if choice.get("finish_reason"):
                 self.finish_reason = text_field(choice["finish_reason"], "finish_reason")
@@ -668,6 +671,12 @@ async def _stream_events(
     if not state.done and state.finish_reason is None:
         raise error_from_payload(
             {"error": {"message": "the stream ended before the response was complete"}},
+            provider=provider,
+            model=model,
+        )
+    if not state.answered:  # chunks, but never a choice: no answer at all, not an empty one
+        raise error_from_payload(
+            {"error": {"message": "the stream carried no choices (not a chat completion)"}},
             provider=provider,
             model=model,
         )

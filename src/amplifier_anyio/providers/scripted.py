@@ -1,7 +1,7 @@
 """ScriptedProvider: an offline, deterministic provider for tests, examples and the CLI.
 
-It answers from a list of :class:`ChatResponse` (an item that is an exception is raised
-instead) or from a function of the request, after an optional simulated latency.
+It answers from a list of [`ChatResponse`][amplifier_anyio.ChatResponse] (an item that is an
+exception is raised instead) or from a function of the request, after an optional simulated latency.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class ScriptedProvider:
     """Replies from a script, deterministically.
 
     ``latency`` is seconds per call (a number, or a list consumed call by call, the last
-    value repeating). Every request is recorded in :attr:`requests`.
+    value repeating). Every request is recorded in `requests`.
     """
 
     def __init__(

@@ -1,23 +1,26 @@
-"""Where a tool call runs: the :class:`ToolExecutor` seam of the tool batch.
+"""Where a tool call runs: the [`ToolExecutor`][amplifier_anyio.runtime.ToolExecutor] seam of the
+tool batch.
 
 The tool batch decides *what* happens to a call (hooks, timeout, its slot, the cancelled
 result); an executor decides only *where* the tool's code runs. A plan chooses one for the
-session and may override it per tool entry::
+session and may override it per tool entry:
 
-    session:
-      orchestrator: loop-basic
-      context: context-simple
-      executor: {module: process, config: {max_workers: 4}}
-    tools:
-      - {module: tool-compute}                   # runs in a worker process
-      - {module: tool-demo, executor: local}     # a cheap tool stays in the event loop
+```yaml
+session:
+  orchestrator: loop-basic
+  context: context-simple
+  executor: {module: process, config: {max_workers: 4}}
+tools:
+  - {module: tool-compute}                   # runs in a worker process
+  - {module: tool-demo, executor: local}     # a cheap tool stays in the event loop
+```
 
 Built in:
 
 - ``local`` (the default) — the call runs in the batch's task group, exactly as it did
   before executors existed: a tool without an executor takes no extra step at all;
 - ``thread`` — each call in a worker thread (an async tool in a fresh event loop there),
-  under one :class:`anyio.CapacityLimiter` shared by all its calls (``max_workers``, or
+  under one `anyio.CapacityLimiter` shared by all its calls (``max_workers``, or
   anyio's default thread limiter). A cancel waits for the thread, as for a synchronous
   tool: a thread cannot be interrupted;
 - ``process`` — each call in a worker process of the executor's own pool, which rebuilds
@@ -98,7 +101,7 @@ class ToolExecutionContext:
 class ToolExecutor(Protocol):
     """Runs one tool call somewhere and returns its result.
 
-    ``run`` returns the call's :class:`~amplifier_anyio.models.ToolResult` (or raises: the
+    ``run`` returns the call's [`ToolResult`][amplifier_anyio.ToolResult] (or raises: the
     batch turns an exception into the call's error result). A timeout or cancel arrives as
     the awaiting task's cancellation: the executor releases what it holds for the call and
     lets the cancellation propagate. ``start`` / ``stop`` bracket the executor's life in a
@@ -250,7 +253,7 @@ class ThreadExecutor(_Limited):
 
 @attrs.define(eq=False)
 class _Worker:
-    """One worker process of a :class:`ProcessExecutor` and its two pipes."""
+    """One worker process of a `ProcessExecutor` and its two pipes."""
 
     process: anyio.abc.Process
     replies: BufferedByteReceiveStream
@@ -314,7 +317,7 @@ class ProcessExecutor(_Limited):
     point or a plan entry's ``source``); a worker mounts a given module + config once and
     keeps it. ``max_workers``: processes at once (None: anyio's default process limiter,
     the CPU count). Workers are the executor's own, kept between calls: a cancel kills the
-    worker running the call; :meth:`stop` (at the session's cleanup) has each worker run
+    worker running the call; `stop` (at the session's cleanup) has each worker run
     the cleanups of the modules it mounted and exit.
     """
 
@@ -379,7 +382,7 @@ def builtin_executor(
 ) -> ToolExecutor | None:
     """The built-in executor named ``module`` (None for ``local``: the batch's own path).
 
-    Raises :class:`LookupError` for a name that is not built in (a module, then).
+    Raises `LookupError` for a name that is not built in (a module, then).
     """
     name = module.removeprefix("executor-")
     if name == "local":

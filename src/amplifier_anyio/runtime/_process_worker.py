@@ -8,7 +8,7 @@ bytes of length (big-endian), then the pickled ``(status, value)`` — ``("ok", 
   they do in the parent;
 - ``("run", module, source, config_json, tool_name, tool_input)`` — run one call with the
   tools of that plan entry, mounted on first use and kept
-  (:func:`~amplifier_anyio.runtime._executors.run_tool_in_worker`);
+  (`run_tool_in_worker` of the executors module);
 - ``("stop",)`` — run the cleanups of every mounted module, reply ``("stopped", problems)``
   and exit. The end of stdin (the parent went away) runs the cleanups too.
 

@@ -31,6 +31,7 @@ __all__ = (
     "assistant_message",
     "error_payload",
     "llm_request_payload",
+    "default_model",
     "llm_response_payload",
     "answer_orphaned_calls",
     "LOST_RESULT",
@@ -78,7 +79,8 @@ def select_provider(providers: Mapping[str, Any], default: str | None = None) ->
 
 
 def pending_injection(result: HookResult) -> dict[str, Any]:
-    """The injection of a hook result as :func:`apply_injections` takes it."""
+    """The injection of a hook result as
+    [`apply_injections`][amplifier_anyio.runtime.apply_injections] takes it."""
     return {
         "role": result.context_injection_role,
         "content": result.context_injection,
@@ -105,7 +107,8 @@ def apply_injections(
 
 
 def inject(messages: list[Message], injections: Sequence[dict[str, Any]]) -> list[Message]:
-    """:func:`apply_injections` over converted messages: the same result, as models.
+    """[`apply_injections`][amplifier_anyio.runtime.apply_injections] over converted messages: the
+    same result, as models.
 
     ``messages`` is a request's own list: it is extended in place and returned.
     """
@@ -127,8 +130,9 @@ async def request_messages(
 
     Through the context's ``request_view`` when it has one (context-simple and
     context-persistent: their kept models, the cost of what was added since the last
-    request); else its ``get_messages_for_request``, :func:`answer_orphaned_calls` and a
-    conversion of every message (a foreign context). The list is the caller's own.
+    request); else its ``get_messages_for_request``,
+    [`answer_orphaned_calls`][amplifier_anyio.runtime.answer_orphaned_calls] and a conversion of
+    every message (a foreign context). The list is the caller's own.
     """
     view_of = getattr(context, "request_view", None)
     if view_of is not None:
@@ -154,7 +158,8 @@ def chat_request(
     messages: list[Message], tools: Mapping[str, Any] | None, **options: Any
 ) -> ChatRequest:
     """A ChatRequest from converted messages (the list is used as it is) and mounted tools
-    (``None``: no tools offered): :func:`build_request` without the conversion."""
+    (``None``: no tools offered): [`build_request`][amplifier_anyio.runtime.build_request] without
+    the conversion."""
     specs = None
     if tools:
         specs = [
@@ -201,15 +206,30 @@ def error_payload(provider: str, exc: BaseException) -> dict[str, Any]:
     return payload
 
 
-def llm_request_payload(provider: str, request: ChatRequest) -> dict[str, Any]:
+def llm_request_payload(provider: str, request: ChatRequest, module: Any = None) -> dict[str, Any]:
     """The ``llm:request`` payload: the request as sent (plain dicts), emitted only when
-    a hook listens, since unstructuring the whole history costs a pass over it."""
+    a hook listens, since unstructuring the whole history costs a pass over it. ``model``
+    is the model asked for: the request's, else the provider ``module``'s default."""
     return {
         "provider": provider,
-        "model": request.model,
+        "model": request.model or default_model(module),
         "message_count": len(request.messages),
         "request": unstructure(request),
     }
+
+
+def default_model(provider: Any) -> str | None:
+    """The model a provider asks for when a request names none: its ``model`` attribute
+    (the HTTP providers'), else ``get_info().defaults["model"]``; None when it says none."""
+    model = getattr(provider, "model", None)
+    if isinstance(model, str) and model:
+        return model
+    try:
+        defaults = getattr(provider.get_info(), "defaults", None)
+    except Exception:  # noqa: BLE001 - a foreign provider's get_info: the model is optional
+        return None
+    model = defaults.get("model") if isinstance(defaults, dict) else None
+    return model if isinstance(model, str) and model else None
 
 
 def llm_response_payload(provider: str, response: ChatResponse) -> dict[str, Any]:

@@ -5,14 +5,14 @@ lands in the slot of its call index as it finishes; the batch's ``role: tool`` m
 written to the context in call order once the group has closed. However the batch ends —
 normally, by an immediate cancel, by the host's own cancel scope — the writing happens in
 a ``finally`` under a bounded shield: finished calls keep their real result and only the
-unfinished ones get :func:`cancelled_result`. So no call is left unanswered and no finished
-result is lost.
+unfinished ones get [`cancelled_result`][amplifier_anyio.runtime.cancelled_result]. So no call is
+left unanswered and no finished result is lost.
 
 Both context writes (the assistant message before the calls, the results after) are
 shielded and bounded by ``write_timeout``. A write that fails or gives up is recorded in
-:attr:`ToolBatch.problems` (and logged at error level) and the batch raises
-:class:`~amplifier_anyio.errors.ContextWriteError` — unless a cancellation is already on
-its way out, which it never replaces. When the assistant message could not be written
+[`ToolBatch.problems`][amplifier_anyio.runtime.ToolBatch.problems] (and logged at error level) and
+the batch raises [`ContextWriteError`][amplifier_anyio.ContextWriteError] — unless a cancellation is
+already on its way out, which it never replaces. When the assistant message could not be written
 no tool runs, so no result can land without its call.
 
 A synchronous tool runs in a worker thread that the batch waits for, even on cancel: a
@@ -22,13 +22,14 @@ the turn reported the call cancelled. A tool that wants to stop early calls
 abandoning (giving up the guarantee that nothing of the turn runs after it returns).
 
 Durable runs (``docs/durable.md``): when the context offers the
-:class:`~amplifier_anyio.interfaces.ToolJournal` protocol, each call is journaled as
+[`ToolJournal`][amplifier_anyio.interfaces.ToolJournal] protocol, each call is journaled as
 started right before its tool runs and as finished as soon as its result exists. A call
-whose approval is deferred (:class:`~amplifier_anyio.errors.ApprovalDeferred`, from the
+whose approval is deferred ([`ApprovalDeferred`][amplifier_anyio.ApprovalDeferred], from the
 approval system or the tool) is journaled and held: its result is a pending placeholder
-and :attr:`ToolBatch.held` lists it. :meth:`ToolBatch.run_held` runs the calls of a
-batch already in the context (after a crash, or once approved) and puts their results in
-place of the placeholders.
+and [`ToolBatch.held`][amplifier_anyio.runtime.ToolBatch.held] lists it.
+[`ToolBatch.run_held`][amplifier_anyio.runtime.ToolBatch.run_held] runs the calls of a batch already
+in the context (after a crash, or once approved) and puts their results in place of the
+placeholders.
 """
 
 from __future__ import annotations
@@ -50,10 +51,12 @@ from ..events import TOOL_ERROR, TOOL_POST, TOOL_PRE
 from ..kernel._cancellation import CancellationToken
 from ..kernel._coordinator import ModuleCoordinator
 from ..kernel._foreign import tool_result_of
+from ..kernel._handle import TurnHandle
 from ..kernel._tracing import ToolCallContext, _tool_call, current_trace_id, tool_call_scope
 from ..kernel._turns import PendingApproval
 from ..models import INVALID_ARGUMENTS_KEY, HookResult, ToolCall, ToolResult, unstructure
 from ..models._validators import number
+from ._claims import ClaimTable, claim_table
 from ._executors import ToolExecutionContext
 from ._requests import pending_injection
 
@@ -107,6 +110,9 @@ class ToolBatch:
     hooks: HookRegistry
     coordinator: ModuleCoordinator | None = None
     """The coordinator that processes hook results; a fresh one when None."""
+    handle: TurnHandle | None = None
+    """The turn the batch runs in (its token tracks the running calls); None: the
+    coordinator's current turn when the batch is built."""
     config: ToolBatchConfig = attrs.field(factory=ToolBatchConfig)
     parallel_group_id: str = attrs.field(factory=lambda: str(uuid.uuid4()))
     pending_injections: list[dict[str, Any]] = attrs.field(factory=list)
@@ -129,6 +135,12 @@ class ToolBatch:
     _hooks_owner: ModuleCoordinator = attrs.field(init=False)
     _is_async: dict[str, bool] = attrs.field(init=False, factory=dict)
     _executors: Mapping[str, Any] = attrs.field(init=False, factory=dict)
+    _fatal: BaseException | None = attrs.field(init=False, default=None)
+    """A KeyboardInterrupt / SystemExit a call raised: the batch stops, writes its
+    results, then raises it (never from inside a task, where asyncio would stop its loop)."""
+    _group: anyio.CancelScope | None = attrs.field(init=False, default=None)
+    _claims: ClaimTable | None = attrs.field(init=False, default=None)
+    """Who waits for whom, in a parallel batch whose tools declare claims (_claims.py)."""
     _build_context: Callable[..., ToolCallContext] = attrs.field(init=False)
     """``_call_context`` bound once: a call's deferred context holds it without a bound
     method object of its own (64 bytes per in-flight call)."""
@@ -141,7 +153,9 @@ class ToolBatch:
             # the one path (approval fails closed: it has no approval system).
             self.coordinator = ModuleCoordinator()
         self._hooks_owner = self.coordinator
-        self._token = self.coordinator.cancellation
+        if self.handle is None:
+            self.handle = self.coordinator.turn
+        self._token = self.handle.token
         self._executors = getattr(self.coordinator, "tool_executors", None) or {}
         self._build_context = self._call_context
 
@@ -157,8 +171,9 @@ class ToolBatch:
     async def run(self, context: ContextManager, assistant_message: dict[str, Any]) -> None:
         """Add ``assistant_message``, run every call, then add one tool message per call.
 
-        Raises :class:`ContextWriteError` when a write failed or gave up (see the module
-        docstring); the history is then never left with an unanswered call on our side.
+        Raises [`ContextWriteError`][amplifier_anyio.ContextWriteError] when a write failed or gave
+        up (see the module docstring); the history is then never left with an unanswered call on our
+        side.
         """
         self._journal = _journal_of(context)
         # Shielded so that a cancel can never leave the results without their call message.
@@ -167,11 +182,7 @@ class ToolBatch:
             await anyio.lowlevel.checkpoint_if_cancelled()  # a cancel explains it better
             raise failure
         try:
-            if self.config.parallel and len(self.calls) > 1:
-                await self._run_parallel()
-            else:
-                for index, call in enumerate(self.calls):
-                    await self._execute(index, call)
+            await self._run_all()
         finally:
             failure = await self._write(
                 f"the results of {len(self.calls)} tool calls", self._write_results, context
@@ -205,6 +216,10 @@ class ToolBatch:
         else:
             for index, call in enumerate(self.calls):
                 await self._execute(index, call)
+                if self._fatal is not None:
+                    break
+        if self._fatal is not None:
+            raise self._fatal
 
     async def _replace_results(self, context: Any) -> None:
         await context.replace_results(self._result_messages())
@@ -238,7 +253,17 @@ class ToolBatch:
             raise unwrap_group(group) from None
 
     async def _spawn_all(self) -> None:
+        claims = self._claims = claim_table(
+            self.calls, self.tools, self.hooks, self.parallel_group_id
+        )
         async with anyio.create_task_group() as tg:
+            self._group = tg.cancel_scope
+            if claims is not None:  # calls may wait for earlier ones: see _claims.py
+                limit = self.config.max_parallel_tools
+                limiter = None if limit is None else anyio.CapacityLimiter(limit)
+                for index, call in enumerate(self.calls):
+                    tg.start_soon(claims.run, self._execute, index, call, limiter)
+                return
             if self.config.max_parallel_tools is None:
                 for index, call in enumerate(self.calls):
                     tg.start_soon(self._execute, index, call)
@@ -358,7 +383,10 @@ class ToolBatch:
             elif problem is not None:
                 result = await self._error(index, call, "InvalidArgumentsError", problem)
             else:
-                # no journal, no extra await: this is the hot path
+                # no journal, no claims, no extra await: this is the hot path
+                if self._claims is not None and index in self._claims.members:
+                    # ordered after tool:pre: the claims are those of the input that runs
+                    await self._claims.enter(index, call, tool, tool_input)
                 key = None
                 if self._journal is not None:
                     key = await self._journal_start(call, tool, tool_input)
@@ -400,6 +428,8 @@ class ToolBatch:
         except ArgumentsChangedError as changed:  # an approval binds to the call it was given for
             self._slots[index] = f"Denied: {changed}"
             self.succeeded[index] = False
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self._stop(index, exc)
         except Exception as exc:  # noqa: BLE001 - one call's failure is that call's result
             logger.warning("tool call %s (%s) failed: %r", call.id, call.name, exc)
             await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
@@ -517,6 +547,20 @@ class ToolBatch:
                 )
                 return
         await self._error(index, call, "ContextWriteError", problem)
+
+    def _stop(self, index: int, exc: BaseException) -> None:
+        """A call raised KeyboardInterrupt / SystemExit: it gets an error result, the
+        batch's other calls are cancelled, and the batch raises ``exc`` once its results
+        are written (the one ExceptionGroup policy: it propagates, unwrapped)."""
+        kind = type(exc).__name__
+        self._slots[index] = _content_of(
+            ToolResult(success=False, error={"message": f"stopped by {kind}", "type": kind})
+        )
+        self.succeeded[index] = False
+        if self._fatal is None:
+            self._fatal = exc
+        if self._group is not None:
+            self._group.cancel()
 
     def _problem(self, problem: str) -> None:
         logger.error("%s", problem)

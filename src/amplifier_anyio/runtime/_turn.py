@@ -1,19 +1,20 @@
-"""The turn engine: one :class:`Turn` that every orchestrator drives.
+"""The turn engine: one [`Turn`][amplifier_anyio.runtime.Turn] that every orchestrator drives.
 
 A turn owns its cancel scope (``turn_timeout`` is its deadline, the turn's token cancels
 it), and that scope encloses every event of the turn from ``execution:start`` on. Inside
 it: ``prompt:submit``, the user message, then provider calls until the model answers,
 the iteration limit is reached, a hook denies, or a graceful cancel stops the turn before
 its next provider call. How the tool calls of one response run is the orchestrator's
-policy (a :data:`ToolRunner`); :meth:`Turn.run_batch` is the structured parallel batch.
+policy (a [`ToolRunner`][amplifier_anyio.runtime.ToolRunner]);
+[`Turn.run_batch`][amplifier_anyio.runtime.Turn.run_batch] is the structured parallel batch.
 
 However the turn ends — answer, error, iteration limit, either cancel, the host's own
 cancel scope, the deadline — it closes with its terminal events, exactly once, under a
 shield: ``cancel:completed`` (only when the status is ``cancelled``), ``prompt:complete``
 (only with an answer), ``orchestrator:complete`` and ``execution:end``. Each event has
 its own bound, so one hung observer cannot drop the others; an expired bound is logged
-at error level and recorded in :attr:`TurnResult.problems`. A host cancel is re-raised
-after the terminal events; every other ending is a :class:`TurnResult`.
+at error level and recorded in `TurnResult.problems`. A host cancel is re-raised
+after the terminal events; every other ending is a [`TurnResult`][amplifier_anyio.TurnResult].
 
 A turn also ends when a tool batch holds a call for an approval that outlives it
 (status ``awaiting_approval``, the held calls in ``TurnResult.pending_approvals``). A
@@ -26,7 +27,6 @@ answer. See ``docs/durable.md``.
 from __future__ import annotations
 
 import logging
-import math
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from ..interfaces import ContextManager, Provider, Tool
     from ..kernel._cancellation import CancellationToken
     from ..kernel._coordinator import ModuleCoordinator
+    from ..kernel._handle import TurnHandle
     from ..kernel._hooks import HookRegistry
 
 __all__ = ("Turn", "TurnConfig", "ToolRunner", "INCOMPLETE_FINISH_REASONS", "PAUSE_TURN")
@@ -83,8 +84,8 @@ logger = logging.getLogger(__name__)
 ToolRunner = Callable[["Turn", ChatResponse, list[ToolCall]], Awaitable[None]]
 """An orchestrator's tool policy: run one response's calls and write the results.
 
-It must leave every call answered in the context (the default, :meth:`Turn.run_batch`,
-does so on every path)."""
+It must leave every call answered in the context (the default,
+[`Turn.run_batch`][amplifier_anyio.runtime.Turn.run_batch], does so on every path)."""
 
 INCOMPLETE_FINISH_REASONS = frozenset(
     {"length", "max_tokens", "content_filter", "refusal", "model_context_window_exceeded"}
@@ -134,13 +135,15 @@ class Turn:
     tools: dict[str, Tool]
     hooks: HookRegistry
     coordinator: ModuleCoordinator
-    token: CancellationToken
+    handle: TurnHandle
+    """The turn's handle: its token, deadline and pending cancel (never "the current one")."""
     config: TurnConfig = attrs.field(factory=TurnConfig)
     batch: ToolBatchConfig = attrs.field(factory=ToolBatchConfig)
     orchestrator: str = "loop-basic"
     streaming: bool = False
     run_tools: ToolRunner | None = None
-    """The orchestrator's tool policy; None runs :meth:`run_batch`."""
+    """The orchestrator's tool policy; None runs
+    [`run_batch`][amplifier_anyio.runtime.Turn.run_batch]."""
     trace_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
     iterations: int = 0
     usage: Usage = attrs.field(factory=Usage)
@@ -156,6 +159,11 @@ class Turn:
     """Continue the turn the history ends in instead of starting one (``session.resume``)."""
     pending_approvals: tuple[PendingApproval, ...] = ()
 
+    @property
+    def token(self) -> CancellationToken:
+        """The turn's cancellation token (its handle's)."""
+        return self.handle.token
+
     def result(self) -> TurnResult:
         """How the turn ended (or stands)."""
         return TurnResult(
@@ -166,22 +174,22 @@ class Turn:
             error=self.error,
             trace_id=self.trace_id,
             finish_reason=self.finish_reason,
-            problems=tuple(self.problems),
+            problems=(*self.handle.problems, *self.problems),
             pending_approvals=self.pending_approvals,
         )
 
     async def run(self) -> TurnResult:
         """Run the turn to its end; the host's own cancellation propagates (after the
         terminal events), every other ending is in the result."""
-        deadline = anyio.current_time() + (self.config.turn_timeout or math.inf)
+        deadline = self.handle.start(self.config.turn_timeout)
         with trace_scope(self.trace_id):
             try:
-                with anyio.CancelScope(deadline=deadline) as scope, self._bind_scope(scope):
+                with anyio.CancelScope(deadline=deadline) as scope, self.bind_scope(scope):
                     start: dict[str, Any] = {"prompt": self.prompt}
                     if self.resuming:
                         start["resumed"] = True
                     await self.hooks.emit(EXECUTION_START, start)
-                    await self._loop()
+                    await self.body()
             except Exception as exc:  # noqa: BLE001 - any failure ends the turn with status error
                 self.status, self.error = TurnStatus.ERROR, exc
             except BaseException:
@@ -195,15 +203,17 @@ class Turn:
             await self._finish()
         return self.result()
 
-    def _bind_scope(self, scope: anyio.CancelScope) -> AbstractContextManager[Any]:
+    def bind_scope(self, scope: anyio.CancelScope) -> AbstractContextManager[Any]:
         """Let an immediate cancel of the turn's token cancel the turn's scope (an
         orchestrator that carries immediate cancels itself, as loop-lifecycle does while
         its orchestration runs, binds something of its own)."""
-        return self.token.bind_scope(scope)
+        return self.handle.bind_scope(scope)
 
     # -- the loop --------------------------------------------------------------------------
 
-    async def _loop(self) -> None:
+    async def body(self) -> None:
+        """The turn's work inside its scope (an orchestrator with another loop, such as
+        loop-lifecycle, overrides this and keeps everything else)."""
         provider = await (self._resume() if self.resuming else self._begin())
         if provider is None:
             return
@@ -212,7 +222,7 @@ class Turn:
         while limit == -1 or self.iterations < limit:
             if self._stopped():
                 return
-            response = await self._call(provider, with_tools=True)
+            response = await self.call_provider(provider, with_tools=True)
             if response is None:
                 return
             calls = tool_calls_of(provider, response)
@@ -224,7 +234,7 @@ class Turn:
                 continue
             pauses = 0
             if not calls:
-                await self._answer(response)
+                await self.answer(response)
                 return
             await (self.run_tools or Turn.run_batch)(self, response, calls)
             if self._held():
@@ -236,7 +246,7 @@ class Turn:
         """``prompt:submit`` and the user message; the provider, or None when denied."""
         submitted = await self.hook(PROMPT_SUBMIT, {"prompt": self.prompt})
         if submitted.action == "deny":
-            self._deny(submitted)
+            self.deny(submitted)
             return None
         self.queue_ephemeral(submitted)
         # Chosen before the prompt is stored: a plan without a usable provider must not
@@ -256,20 +266,12 @@ class Turn:
             work = await work_of()
             held = [*work.run, *work.denied]
             if work.assistant is not None and held:
-                batch = ToolBatch(
-                    calls=[c for c in _calls_of(work.assistant) if c.id in held],
-                    tools=self.tools,
-                    hooks=self.hooks,
-                    coordinator=self.coordinator,
-                    config=self.batch,
+                batch = self.new_batch(
+                    [c for c in _calls_of(work.assistant) if c.id in held],
                     approved=work.approved,
                     denied=work.denied,
                 )
-                try:
-                    await batch.run_held(self.context)
-                finally:
-                    self.injections.extend(batch.pending_injections)
-                    self.problems.extend(batch.problems)
+                await self.run_tool_batch(batch, None)
             if self._held():
                 return None
         messages = await self.context.get_messages()
@@ -298,20 +300,36 @@ class Turn:
 
     async def run_batch(self, response: ChatResponse, calls: list[ToolCall]) -> None:
         """The default tool policy: one structured batch (parallel unless configured not)."""
-        batch = ToolBatch(
+        await self.run_tool_batch(self.new_batch(calls), assistant_message(response, calls))
+
+    def new_batch(
+        self, calls: list[ToolCall], kind: type[ToolBatch] = ToolBatch, **options: Any
+    ) -> ToolBatch:
+        """A batch of ``kind`` for ``calls`` in this turn (its tools, hooks and handle)."""
+        return kind(
             calls=calls,
             tools=self.tools,
             hooks=self.hooks,
             coordinator=self.coordinator,
+            handle=self.handle,
             config=self.batch,
+            **options,
         )
+
+    async def run_tool_batch(self, batch: ToolBatch, message: dict[str, Any] | None) -> None:
+        """Run ``batch`` after writing ``message`` (None: the calls are in the context
+        already, held by an earlier batch), then take its injections and problems into
+        the turn, however it ended. Every tool policy runs its batches through here."""
         try:
-            await batch.run(self.context, assistant_message(response, calls))
+            if message is None:
+                await batch.run_held(self.context)
+            else:
+                await batch.run(self.context, message)
         finally:
             self.injections.extend(batch.pending_injections)
             self.problems.extend(batch.problems)
 
-    async def _call(
+    async def call_provider(
         self, provider: Provider, *, with_tools: bool, reminder: bool = False
     ) -> ChatResponse | None:
         """One provider call with its events; None when a hook denied it."""
@@ -325,14 +343,15 @@ class Turn:
             payload["max_reached"] = True
         requested = await self.hook(PROVIDER_REQUEST, payload)
         if requested.action == "deny":
-            self._deny(requested)
+            self.deny(requested)
             return None
         self.queue_ephemeral(requested)
         request = await self._request(provider, with_tools=with_tools, reminder=reminder)
         kwargs = {"extended_thinking": True} if self.config.extended_thinking else {}
         self.iterations += 1
         if self.hooks.has_handlers(LLM_REQUEST):  # the whole request: only for a listener
-            await self.hooks.emit(LLM_REQUEST, llm_request_payload(self.provider_name, request))
+            asked = llm_request_payload(self.provider_name, request, provider)
+            await self.hooks.emit(LLM_REQUEST, asked)
         try:
             response = await self._complete(provider, request, kwargs)
         except Exception as exc:
@@ -390,7 +409,8 @@ class Turn:
         # An amplifier-core provider's pydantic ChatResponse (kernel/_foreign).
         return chat_response_of(response, origin=f"provider {self.provider_name!r}")
 
-    async def _answer(self, response: ChatResponse) -> None:
+    async def answer(self, response: ChatResponse) -> None:
+        """End the turn with ``response`` as the answer (stored, and its text returned)."""
         if response.content:
             await self.context.add_message(assistant_message(response, ()))
         self.text = response.text
@@ -401,10 +421,10 @@ class Turn:
 
     async def _wrap_up(self, provider: Provider) -> None:
         """The iteration limit: one last call without tools; its text is the answer."""
-        response = await self._call(provider, with_tools=False, reminder=True)
+        response = await self.call_provider(provider, with_tools=False, reminder=True)
         if response is None:
             return
-        await self._answer(response)
+        await self.answer(response)
         self.status = TurnStatus.INCOMPLETE
 
     # -- hooks -----------------------------------------------------------------------------
@@ -419,7 +439,8 @@ class Turn:
         if result.action == "inject_context" and result.ephemeral and result.context_injection:
             self.injections.append(pending_injection(result))
 
-    def _deny(self, result: HookResult) -> None:
+    def deny(self, result: HookResult) -> None:
+        """End the turn as a hook's deny (status ``incomplete``, the reason as text)."""
         self.text = f"Operation denied: {result.reason or 'no reason given'}"
         self.status = TurnStatus.INCOMPLETE
 
@@ -428,8 +449,8 @@ class Turn:
     async def _finish(self) -> None:
         """The terminal events, exactly once, shielded, each under its own bound."""
         with anyio.CancelScope(shield=True):
-            if self.coordinator.cancel_flush_due():
-                await self._bounded("cancel:requested", self.coordinator.flush_cancel_request())
+            if self.handle.cancel_flush_due():
+                await self.bounded("cancel:requested", self.handle.flush_cancel())
             if self.status is TurnStatus.CANCELLED:
                 await self._terminal(
                     CANCEL_COMPLETED,
@@ -458,11 +479,12 @@ class Turn:
 
     async def _terminal(self, event: str, data: dict[str, Any]) -> None:
         if self.hooks.has_handlers(event):
-            await self._bounded(event, self.hooks.emit(event, data))
+            await self.bounded(event, self.hooks.emit(event, data))
         else:  # nothing runs: the emit returns at once, there is nothing to bound
             await self.hooks.emit(event, data)
 
-    async def _bounded(self, what: str, work: Awaitable[Any]) -> None:
+    async def bounded(self, what: str, work: Awaitable[Any]) -> None:
+        """Await ``work`` for at most ``event_timeout``; an expired bound is a problem."""
         timeout = self.config.event_timeout
         with anyio.move_on_after(timeout) as bound:
             await work

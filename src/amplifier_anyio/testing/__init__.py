@@ -2,7 +2,7 @@
 
 Real, small stand-ins for the parts of a session a module talks to (a real coordinator
 and hook registry, an in-memory context, a configurable tool, an event recorder). The
-hypothesis strategies live in :mod:`amplifier_anyio.testing.strategies` (they need the
+hypothesis strategies live in `amplifier_anyio.testing.strategies` (they need the
 ``test`` extra).
 """
 

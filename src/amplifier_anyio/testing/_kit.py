@@ -62,7 +62,8 @@ class RecordingDisplaySystem:
 
 
 class MockCoordinator(ModuleCoordinator):
-    """A real :class:`ModuleCoordinator` with a fake session; records mounts and unmounts.
+    """A real [`ModuleCoordinator`][amplifier_anyio.ModuleCoordinator] with a fake session; records
+    mounts and unmounts.
 
     ``hooks`` is a real HookRegistry. The default display system records messages; there is
     no approval system unless one is given, so ``ask_user`` fails closed as in production.

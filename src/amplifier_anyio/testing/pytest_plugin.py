@@ -1,5 +1,5 @@
 """A pytest plugin, registered by installing amplifier_anyio: the Hypothesis settings the
-strategies of :mod:`amplifier_anyio.testing.strategies` need.
+strategies of `amplifier_anyio.testing.strategies` need.
 
 Whole conversations are large, rich examples; Hypothesis's default health checks take them
 for a mistake (``too_slow``, ``data_too_large``, ``large_base_example``), so a module
@@ -25,7 +25,7 @@ PROFILE = "amplifier-anyio"
 """Health checks the strategies trip suppressed, no deadline."""
 
 CI_PROFILE = "amplifier-anyio-ci"
-""":data:`PROFILE`, derandomised."""
+"""`PROFILE`, derandomised."""
 
 
 _BUILTIN_CI: object = None
@@ -62,7 +62,7 @@ _REGISTERED = _register()
 
 
 def pytest_configure(config: Any) -> None:
-    """Load :data:`PROFILE` unless a profile was already chosen."""
+    """Load `PROFILE` unless a profile was already chosen."""
     if not _REGISTERED:
         return
     from hypothesis import settings  # noqa: PLC0415 - only with hypothesis

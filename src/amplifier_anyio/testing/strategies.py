@@ -1,16 +1,18 @@
-"""Hypothesis strategies for every model of :mod:`amplifier_anyio.models`.
+"""Hypothesis strategies for every model of [`amplifier_anyio.models`][amplifier_anyio.models].
 
 Module authors property-test their own context managers, orchestrators and providers
-with these in CI::
+with these in CI:
 
-    from hypothesis import given
-    from amplifier_anyio.testing import strategies as ast
+```python
+from hypothesis import given
+from amplifier_anyio.testing import strategies as ast
 
-    @given(ast.conversations(max_turns=4))
-    def test_my_view_keeps_system_messages(conversation): ...
+@given(ast.conversations(max_turns=4))
+def test_my_view_keeps_system_messages(conversation): ...
+```
 
 Every strategy draws valid values: each model strategy builds an instance the
-converter round-trips, and :func:`conversations` draws message dicts in the shape a
+converter round-trips, and `conversations` draws message dicts in the shape a
 context manager stores them (each assistant tool call answered, in order, right after
 its message). This module imports hypothesis, a test dependency; nothing else in
 ``amplifier_anyio`` does.
@@ -144,12 +146,12 @@ def _visibilities() -> st.SearchStrategy[Any]:
 
 
 def text_blocks() -> st.SearchStrategy[TextBlock]:
-    """A :class:`TextBlock` with any text, possibly empty."""
+    """A [`TextBlock`][amplifier_anyio.TextBlock] with any text, possibly empty."""
     return st.builds(TextBlock, text=_short_text(), visibility=_visibilities())
 
 
 def thinking_blocks() -> st.SearchStrategy[ThinkingBlock]:
-    """A :class:`ThinkingBlock`, with or without a signature."""
+    """A [`ThinkingBlock`][amplifier_anyio.ThinkingBlock], with or without a signature."""
     return st.builds(
         ThinkingBlock,
         thinking=_short_text(),
@@ -159,7 +161,8 @@ def thinking_blocks() -> st.SearchStrategy[ThinkingBlock]:
 
 
 def redacted_thinking_blocks() -> st.SearchStrategy[RedactedThinkingBlock]:
-    """A :class:`RedactedThinkingBlock` carrying opaque data."""
+    """A [`RedactedThinkingBlock`][amplifier_anyio.models.RedactedThinkingBlock] carrying opaque
+    data."""
     return st.builds(
         RedactedThinkingBlock,
         data=st.text(alphabet=string.ascii_letters + string.digits + "+/=", max_size=40),
@@ -168,7 +171,7 @@ def redacted_thinking_blocks() -> st.SearchStrategy[RedactedThinkingBlock]:
 
 
 def tool_call_blocks() -> st.SearchStrategy[ToolCallBlock]:
-    """A :class:`ToolCallBlock` with a JSON object as input."""
+    """A [`ToolCallBlock`][amplifier_anyio.models.ToolCallBlock] with a JSON object as input."""
     return st.builds(
         ToolCallBlock,
         id=_identifiers(),
@@ -179,7 +182,8 @@ def tool_call_blocks() -> st.SearchStrategy[ToolCallBlock]:
 
 
 def tool_result_blocks() -> st.SearchStrategy[ToolResultBlock]:
-    """A :class:`ToolResultBlock` whose output is any JSON value."""
+    """A [`ToolResultBlock`][amplifier_anyio.models.ToolResultBlock] whose output is any JSON
+    value."""
     return st.builds(
         ToolResultBlock,
         tool_call_id=_identifiers(),
@@ -203,18 +207,20 @@ def _image_sources() -> st.SearchStrategy[dict[str, Any]]:
 
 
 def image_blocks() -> st.SearchStrategy[ImageBlock]:
-    """An :class:`ImageBlock` with a base64 or URL source."""
+    """An [`ImageBlock`][amplifier_anyio.models.ImageBlock] with a base64 or URL source."""
     return st.builds(ImageBlock, source=_image_sources(), visibility=_visibilities())
 
 
 def reasoning_blocks() -> st.SearchStrategy[ReasoningBlock]:
-    """A :class:`ReasoningBlock` with JSON content and summary parts."""
+    """A [`ReasoningBlock`][amplifier_anyio.models.ReasoningBlock] with JSON content and summary
+    parts."""
     parts = st.lists(json_values(max_leaves=3), max_size=3)
     return st.builds(ReasoningBlock, content=parts, summary=parts, visibility=_visibilities())
 
 
 def provider_blocks() -> st.SearchStrategy[ProviderBlock]:
-    """A :class:`ProviderBlock`: a provider's own block (a server tool's) kept verbatim."""
+    """A [`ProviderBlock`][amplifier_anyio.models.ProviderBlock]: a provider's own block (a server
+    tool's) kept verbatim."""
     data = st.builds(
         lambda kind, rest: {**rest, "type": kind},
         st.sampled_from(("server_tool_use", "web_search_tool_result", "web_fetch_tool_result")),
@@ -243,7 +249,7 @@ def content_blocks() -> st.SearchStrategy[ContentBlock]:
 
 
 def tool_calls() -> st.SearchStrategy[ToolCall]:
-    """A :class:`ToolCall` whose arguments are a JSON object."""
+    """A [`ToolCall`][amplifier_anyio.ToolCall] whose arguments are a JSON object."""
     return st.builds(ToolCall, id=_identifiers(), name=_identifiers(), arguments=json_objects())
 
 
@@ -261,7 +267,7 @@ def _json_schemas() -> st.SearchStrategy[dict[str, Any]]:
 
 
 def tool_specs() -> st.SearchStrategy[ToolSpec]:
-    """A :class:`ToolSpec` with an object JSON schema as parameters."""
+    """A [`ToolSpec`][amplifier_anyio.ToolSpec] with an object JSON schema as parameters."""
     return st.builds(
         ToolSpec,
         name=_identifiers(),
@@ -271,10 +277,11 @@ def tool_specs() -> st.SearchStrategy[ToolSpec]:
 
 
 def messages() -> st.SearchStrategy[Message]:
-    """Any :class:`Message` the model accepts: any role, string or block content.
+    """Any [`Message`][amplifier_anyio.Message] the model accepts: any role, string or block
+    content.
 
     Fields are drawn independently, so combinations no orchestrator writes (a user
-    message with ``tool_calls``) appear too; use :func:`conversations` for realistic
+    message with ``tool_calls``) appear too; use `conversations` for realistic
     histories.
     """
     return st.builds(
@@ -293,7 +300,8 @@ def _counts() -> st.SearchStrategy[int]:
 
 
 def usages() -> st.SearchStrategy[Usage]:
-    """A :class:`Usage` with non-negative counts; the optional counts may be None."""
+    """A [`Usage`][amplifier_anyio.Usage] with non-negative counts; the optional counts may be
+    None."""
     return st.builds(
         Usage,
         input_tokens=_counts(),
@@ -311,7 +319,8 @@ def _tool_choices() -> st.SearchStrategy[str | dict[str, Any] | None]:
 
 
 def chat_requests() -> st.SearchStrategy[ChatRequest]:
-    """A :class:`ChatRequest` with a few messages and every optional setting sometimes set."""
+    """A [`ChatRequest`][amplifier_anyio.ChatRequest] with a few messages and every optional setting
+    sometimes set."""
     return st.builds(
         ChatRequest,
         messages=st.lists(messages(), max_size=4),
@@ -332,7 +341,8 @@ def chat_requests() -> st.SearchStrategy[ChatRequest]:
 
 
 def chat_responses() -> st.SearchStrategy[ChatResponse]:
-    """A :class:`ChatResponse`: any blocks, maybe tool calls, usage and a finish reason."""
+    """A [`ChatResponse`][amplifier_anyio.ChatResponse]: any blocks, maybe tool calls, usage and a
+    finish reason."""
     return st.builds(
         ChatResponse,
         content=st.lists(content_blocks(), max_size=4),
@@ -352,7 +362,8 @@ def _errors() -> st.SearchStrategy[dict[str, Any]]:
 
 
 def tool_results() -> st.SearchStrategy[ToolResult]:
-    """A :class:`ToolResult`, successful or not, with any JSON output (or none)."""
+    """A [`ToolResult`][amplifier_anyio.ToolResult], successful or not, with any JSON output (or
+    none)."""
     return st.builds(
         ToolResult,
         success=st.booleans(),
@@ -362,7 +373,8 @@ def tool_results() -> st.SearchStrategy[ToolResult]:
 
 
 def hook_results() -> st.SearchStrategy[HookResult]:
-    """A :class:`HookResult` of any action, with the other fields drawn independently."""
+    """A [`HookResult`][amplifier_anyio.HookResult] of any action, with the other fields drawn
+    independently."""
 
     def closed(field: str) -> st.SearchStrategy[Any]:
         return st.sampled_from(_closed_values(HookResult, field))
@@ -389,7 +401,8 @@ def hook_results() -> st.SearchStrategy[HookResult]:
 
 
 def context_injections() -> st.SearchStrategy[ContextInjection]:
-    """A :class:`ContextInjection` as the coordinator records one."""
+    """A [`ContextInjection`][amplifier_anyio.models.ContextInjection] as the coordinator records
+    one."""
     return st.builds(
         ContextInjection,
         content=_short_text(),
@@ -418,7 +431,8 @@ def _name_lists(chars: str = _IDENT_CHARS) -> st.SearchStrategy[tuple[str, ...]]
 
 
 def provider_infos() -> st.SearchStrategy[ProviderInfo]:
-    """A :class:`ProviderInfo`; ``defaults`` sometimes holds the budget keys."""
+    """A [`ProviderInfo`][amplifier_anyio.models.ProviderInfo]; ``defaults`` sometimes holds the
+    budget keys."""
     return st.builds(
         ProviderInfo,
         id=_identifiers(),
@@ -430,7 +444,7 @@ def provider_infos() -> st.SearchStrategy[ProviderInfo]:
 
 
 def model_infos() -> st.SearchStrategy[ModelInfo]:
-    """A :class:`ModelInfo` with positive window and output sizes."""
+    """A [`ModelInfo`][amplifier_anyio.models.ModelInfo] with positive window and output sizes."""
     return st.builds(
         ModelInfo,
         id=_identifiers(),
@@ -443,7 +457,7 @@ def model_infos() -> st.SearchStrategy[ModelInfo]:
 
 
 def module_infos() -> st.SearchStrategy[ModuleInfo]:
-    """A :class:`ModuleInfo` of any module type."""
+    """A [`ModuleInfo`][amplifier_anyio.models.ModuleInfo] of any module type."""
     return st.builds(
         ModuleInfo,
         id=_identifiers(),
@@ -478,7 +492,7 @@ def models() -> st.SearchStrategy[Any]:
 
 
 def message_dicts() -> st.SearchStrategy[dict[str, Any]]:
-    """One unstructured message: the dict :func:`~amplifier_anyio.models.unstructure` gives."""
+    """One unstructured message: the dict [`unstructure`][amplifier_anyio.unstructure] gives."""
     return messages().map(unstructure)
 
 
@@ -564,7 +578,7 @@ def conversations(
     unique in the whole conversation) is answered by exactly one
     ``{"role": "tool", "tool_call_id": id, "content": str}`` right after its assistant
     message, in call order. Content lengths range from 0 to 4000 characters. Every dict
-    structures into a :class:`~amplifier_anyio.models.Message`.
+    structures into a [`Message`][amplifier_anyio.Message].
     """
     if min_turns < 0 or max_turns < min_turns:
         msg = f"need 0 <= min_turns <= max_turns, got {min_turns=}, {max_turns=}"

@@ -2,12 +2,12 @@
 
 A path a model gives goes through two gates:
 
-1. :meth:`Area.resolve` — the text is refused outright when it holds a NUL byte, a
+1. `Area.resolve` — the text is refused outright when it holds a NUL byte, a
    control character or a character that only looks like ``/`` or ``.``; otherwise it is
    ``~``-expanded, made absolute against the working directory and resolved
-   (:func:`os.path.realpath`: every symlink and ``..`` followed). The result must be an
+   (`os.path.realpath`: every symlink and ``..`` followed). The result must be an
    allowed root or lie under one.
-2. :meth:`Area.walk` — the resolved path is then opened *from the root's directory
+2. `Area.walk` — the resolved path is then opened *from the root's directory
    descriptor*, one component at a time, each with ``O_NOFOLLOW`` (and ``O_DIRECTORY``
    for the directories on the way). The resolved path holds no symlink, so a symlink met
    on that walk was swapped in after the check; the walk refuses it instead of following
@@ -87,7 +87,7 @@ class Area:
         self.roots = tuple(dict.fromkeys(resolved))
 
     def resolve(self, path: str) -> tuple[str, str]:
-        """``(resolved path, its root)``; :class:`PathRefused` when it is outside every root."""
+        """``(resolved path, its root)``; `PathRefused` when it is outside every root."""
         if not isinstance(path, str) or not path:
             msg = "file_path must be a non-empty string"
             raise PathRefused(msg)

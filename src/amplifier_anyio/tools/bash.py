@@ -18,8 +18,14 @@ result). Run untrusted commands in a container, not behind this tool alone.
 Results are upstream's: ``{stdout, stderr, returncode}`` (plus ``truncated`` and the total
 sizes when output was cut); a command that fails keeps all three and is an error result.
 Output is capped at ``max_output_bytes`` per stream, keeping the head and the tail around
-a marker. A deny-list (:mod:`amplifier_anyio.tools._bash_safety`) refuses obviously
+a marker. A deny-list (`amplifier_anyio.tools._bash_safety`) refuses obviously
 destructive commands before they start.
+
+A command may touch anything under its working directory, so by default each call claims
+the working directory for writing (``claims: write``): within one reply, bash calls run
+one after another in call order, and filesystem calls under that directory are ordered
+against them (``docs/concurrency.md``). ``claims: read`` lets bash calls run in parallel
+with one another (still ordered against writes); ``claims: none`` orders nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import attrs
 
 from ..config_schema import ConfigSchema
 from ..errors import ConfigError, ValidationError
+from ..interfaces import Claims
 from ..models import ToolResult, structure
 from ..models._validators import number
 from ._bash_safety import PROFILES, check_command
@@ -74,13 +81,25 @@ def _profile(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None
         raise ConfigError(msg)
 
 
+# What a bash call claims of its working directory (the ``claims`` config key).
+_CLAIM_MODES = ("write", "read", "none")
+
+
+def _claim_mode(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value not in _CLAIM_MODES:
+        msg = f"{attribute.name}: expected one of {', '.join(_CLAIM_MODES)}, got {value!r}"
+        raise ConfigError(msg)
+
+
 @attrs.frozen(kw_only=True)
 class BashConfig:
     """tool-bash's settings (times in seconds, sizes in bytes).
 
     ``working_dir`` defaults to the ``session.working_dir`` capability, else the
     process's working directory; ``env`` lists the variables (globs) a command inherits;
-    ``timeout`` is a command's default limit and ``max_timeout`` caps what a call may ask.
+    ``timeout`` is a command's default limit and ``max_timeout`` caps what a call may ask;
+    ``claims`` is what a call claims of the working directory (``write``, ``read`` or
+    ``none``; see the module docstring).
     """
 
     working_dir: str | None = None
@@ -96,6 +115,7 @@ class BashConfig:
     denied_commands: tuple[str, ...] = ()
     allowed_commands: tuple[str, ...] = ()
     shell: str | None = None
+    claims: str = attrs.field(default="write", validator=_claim_mode)
 
     @classmethod
     def from_dict(cls, config: dict[str, Any] | None) -> BashConfig:
@@ -186,6 +206,15 @@ class BashTool:
         self.config = config
         self.working_dir = working_dir
         self.shell = config.shell or ("/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh")
+
+    def claims(self, input: dict[str, Any]) -> Claims:
+        """The working directory, for writing unless ``claims`` says otherwise."""
+        mode = self.config.claims
+        if mode == "write":
+            return Claims(writes=(self.working_dir,))
+        if mode == "read":
+            return Claims(reads=(self.working_dir,))
+        return Claims()
 
     async def execute(self, input: dict[str, Any]) -> ToolResult:
         """Check the command, run it, and answer ``{stdout, stderr, returncode}``."""
@@ -373,7 +402,8 @@ def _working_dir(coordinator: Any, config: BashConfig) -> str:
 
 
 def make_tool(coordinator: Any, config: Mapping[str, Any] | None = None) -> BashTool:
-    """A :class:`BashTool` configured as ``mount`` would (for tests and embedding)."""
+    """A [`BashTool`][amplifier_anyio.tools.bash.BashTool] configured as ``mount`` would (for tests
+    and embedding)."""
     parsed = BashConfig.from_dict(dict(config or {}))
     return BashTool(parsed, working_dir=_working_dir(coordinator, parsed))
 

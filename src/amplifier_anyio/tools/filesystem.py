@@ -6,7 +6,7 @@ three, tool-search's ``glob``), so prompts written for upstream work. Unlike ups
 - reads are confined too (``allowed_read_paths``, default: the working directory), and
   every access is confined twice — after resolving symlinks and ``..``, and again when
   the file is opened, from the root's directory descriptor without following any
-  symlink (:mod:`amplifier_anyio.tools._paths`), so a symlink swapped in between the check
+  symlink (`amplifier_anyio.tools._paths`), so a symlink swapped in between the check
   and the open cannot lead out;
 - a file with several hard links is not read or edited (a hard link can alias a file
   outside the allowed paths and no path check can tell), unless ``allow_hard_links``;
@@ -14,7 +14,10 @@ three, tool-search's ``glob``), so prompts written for upstream work. Unlike ups
 - all file I/O runs in worker threads, and the read-only tools give up after
   ``io_timeout`` seconds (a hung network file system does not hang the turn);
 - binary and non-UTF-8 files are refused with a clear error, and files over
-  ``max_file_bytes`` are refused instead of loaded.
+  ``max_file_bytes`` are refused instead of loaded;
+- each call claims the resolved path it touches (``claims()``: ``read_file``,
+  ``list_directory`` and ``glob`` read it, ``write_file`` and ``edit_file`` write it), so
+  parallel calls of one reply on one file run in call order (``docs/concurrency.md``).
 
 See ``docs/tool-filesystem.md`` for the configuration, the results and the limits.
 """
@@ -39,6 +42,7 @@ import attrs
 from ..config_schema import ConfigSchema
 from ..errors import ConfigError, ValidationError
 from ..events import ARTIFACT_READ, ARTIFACT_WRITE
+from ..interfaces import Claims
 from ..models import ToolResult, structure
 from ..models._validators import number
 from ._paths import DIR_FLAGS, Area, PathRefused, Walked, check_text, swapped_message
@@ -334,9 +338,35 @@ class _FsTool:
     name = ""
     description = ""
     input_schema: ClassVar[dict[str, Any]] = {}
+    path_input: ClassVar[str] = "file_path"
+    """The input naming the path the call touches."""
+    path_default: ClassVar[str | None] = None
+    """The path when the input gives none (``.`` for the directory tools)."""
+    writes: ClassVar[bool] = False
+    """Whether the call writes its path (else it only reads it)."""
 
     def __init__(self, fs: Filesystem) -> None:
         self.fs = fs
+
+    def claims(self, input: dict[str, Any]) -> Claims:
+        """The resolved real path this call reads or writes (symlinks and ``..``
+        resolved, so two names of one file are one key).
+
+        A path outside the allowed roots, or one that cannot be resolved, is claimed as
+        given (the call fails anyway); an input without a usable path claims nothing.
+        Blocks (it resolves the path): the batch calls it in a worker thread.
+        """
+        path = input.get(self.path_input) if isinstance(input, dict) else None
+        if path is None or path == "":
+            path = self.path_default
+        if not isinstance(path, str) or not path:
+            return Claims()
+        area = self.fs.write_area if self.writes else self.fs.read_area
+        try:
+            key = area.resolve(path)[0]
+        except (PathRefused, OSError, ValueError):
+            key = path
+        return Claims(writes=(key,)) if self.writes else Claims(reads=(key,))
 
     async def execute(self, input: dict[str, Any]) -> ToolResult:
         """Run the operation; every refusal and OS error is an error result naming the path."""
@@ -434,6 +464,7 @@ class WriteFileTool(_FsTool):
     """``write_file``: create or replace a file, atomically."""
 
     name = "write_file"
+    writes = True
     description = (
         "Write a file (creating missing parent directories), replacing it if it exists. "
         "The write is atomic: readers see the old or the new content, never a mix."
@@ -468,6 +499,7 @@ class EditFileTool(_FsTool):
     """``edit_file``: replace an exact string that occurs once (or every occurrence)."""
 
     name = "edit_file"
+    writes = True
     description = (
         "Replace old_string with new_string in a file. old_string must match exactly and "
         "occur exactly once, unless replace_all is true (then every occurrence changes)."
@@ -533,6 +565,8 @@ class ListDirectoryTool(_FsTool):
     """``list_directory``: a directory's entries, directories first."""
 
     name = "list_directory"
+    path_input = "path"
+    path_default = "."
     description = (
         "List a directory: its entries (directories first) with their type and size. "
         "Symbolic links are shown as LINK and not followed."
@@ -582,6 +616,8 @@ class GlobTool(_FsTool):
     """``glob``: files under a directory whose relative path matches a pattern."""
 
     name = "glob"
+    path_input = "path"
+    path_default = "."
     description = (
         "Find files by glob pattern ('**/*.py', 'src/*.ts') under path (default '.'), "
         "newest first. Skips node_modules, .git, .venv and the like unless "
@@ -759,7 +795,8 @@ def _working_dir(coordinator: Any, config: FilesystemConfig) -> str:
 
 
 def make_tools(coordinator: Any, config: dict[str, Any] | None = None) -> list[_FsTool]:
-    """The five tools over one shared :class:`Filesystem` (for tests and embedding)."""
+    """The five tools over one shared [`Filesystem`][amplifier_anyio.tools.filesystem.Filesystem]
+    (for tests and embedding)."""
     parsed = FilesystemConfig.from_dict(config)
     fs = Filesystem(parsed, _working_dir(coordinator, parsed), coordinator)
     kinds = (ReadFileTool, WriteFileTool, EditFileTool, ListDirectoryTool, GlobTool)

@@ -1,13 +1,14 @@
 """tool-mcp: mount the tools of MCP servers (stdio or streamable HTTP) as session tools.
 
-Each configured server is one **module service** (:meth:`ModuleCoordinator.start_service`):
-one task opens the SDK's :class:`mcp.Client` (the transport, the server process, the
-protocol session), lists the tools, reports them through ``task_status.started(...)`` and
-keeps the connection until the session closes. The task that enters the client is the
-task that exits it, so no cancel scope is ever entered in one task and left in another,
-whoever calls a tool first. A tool call, from a tool-batch task, only sends a request on
-the connection and waits for its answer (the SDK routes requests through memory streams
-owned by the service task), so a call can be cancelled without touching the connection.
+Each configured server is one **module service**
+([`ModuleCoordinator.start_service`][amplifier_anyio.ModuleCoordinator.start_service]): one task
+opens the SDK's `mcp.Client` (the transport, the server process, the protocol session), lists the
+tools, reports them through ``task_status.started(...)`` and keeps the connection until the session
+closes. The task that enters the client is the task that exits it, so no cancel scope is ever
+entered in one task and left in another, whoever calls a tool first. A tool call, from a tool-batch
+task, only sends a request on the connection and waits for its answer (the SDK routes requests
+through memory streams owned by the service task), so a call can be cancelled without touching the
+connection.
 
 - The servers start at once. A server that fails to start (a command that does not
   exist, a URL that does not answer, a handshake past ``startup_timeout``) fails the
@@ -20,7 +21,11 @@ owned by the service task), so a call can be cancelled without touching the conn
   bounds one request and fails that call alone. A cancelled call is abandoned: the SDK
   tells the server (``notifications/cancelled``) and the connection stays usable.
 - ``is_error`` results become error results; text, image, audio and resource blocks and
-  ``structured_content`` are kept (see :func:`result_of`).
+  ``structured_content`` are kept (see `result_of`).
+- An MCP tool claims nothing (its calls run in parallel with any other), unless the
+  server's ``claims`` maps its name (a glob) to the resources it reads or writes
+  (``{reads: [...], writes: [...]}``); calls that conflict then run in call order
+  (``docs/concurrency.md``).
 - A server that dies mid-session makes its tools answer an error naming it; with
   ``reconnect`` the service reconnects (that many times, with doubling backoff).
 - ``notifications/tools/list_changed`` (or a modern server's ``subscriptions/listen``
@@ -59,6 +64,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, MCPServerError, describe
 from ..events import PROMPT_SUBMIT
+from ..interfaces import Claims
 from ..models import ToolResult
 
 __all__ = (
@@ -67,6 +73,7 @@ __all__ = (
     "MCPConnection",
     "MCPConnectionState",
     "MCPTool",
+    "ClaimingMCPTool",
     "result_of",
     "mount",
     "CONFIG_SCHEMA",
@@ -133,9 +140,34 @@ _SERVER_KEYS = frozenset(
         "reconnect",
         "reconnect_delay",
         "mode",
+        "claims",
     }
 )
 _MODES = ("auto", "legacy")
+
+
+def _claims_map(where: str, value: Any) -> tuple[tuple[str, Claims], ...]:
+    """``claims``: MCP tool name (a glob) -> ``{reads: [...], writes: [...]}``."""
+    if not isinstance(value, Mapping):
+        msg = f"{where}: expected a mapping of tool names to {{reads, writes}}, got {value!r}"
+        raise ConfigError(msg)
+    parsed: list[tuple[str, Claims]] = []
+    for pattern, entry in value.items():
+        here = f"{where}.{pattern}"
+        if not isinstance(entry, Mapping):
+            msg = f"{here}: expected a mapping with reads and/or writes, got {entry!r}"
+            raise ConfigError(msg)
+        for key in entry:
+            if key not in ("reads", "writes"):
+                msg = f"{here}.{key}: unknown key (known: reads, writes)"
+                raise ConfigError(msg)
+        keys = {k: _strings(f"{here}.{k}", entry.get(k) or []) for k in ("reads", "writes")}
+        for kind, items in keys.items():
+            if any(not item for item in items):
+                msg = f"{here}.{kind}: a resource must be a non-empty string"
+                raise ConfigError(msg)
+        parsed.append((str(pattern), Claims(reads=keys["reads"], writes=keys["writes"])))
+    return tuple(parsed)
 
 
 @attrs.frozen(kw_only=True)
@@ -148,7 +180,8 @@ class MCPServerConfig:
     are globs on the server's tool names; ``optional`` lets the session start without it;
     ``reconnect`` is how many times the connection is re-opened after it is lost, the
     first after ``reconnect_delay`` seconds, each next one after twice the previous wait;
-    ``mode`` is the SDK's protocol negotiation (``auto`` or ``legacy``).
+    ``mode`` is the SDK's protocol negotiation (``auto`` or ``legacy``); ``claims`` maps
+    tool names (globs on the server's names) to the resources their calls claim.
     """
 
     name: str
@@ -166,6 +199,7 @@ class MCPServerConfig:
     reconnect: int = 0
     reconnect_delay: float = 1.0
     mode: str = "auto"
+    claims: tuple[tuple[str, Claims], ...] = ()
 
     @classmethod
     def from_dict(cls, where: str, entry: Any) -> MCPServerConfig:
@@ -235,7 +269,18 @@ class MCPServerConfig:
                 f"{where}.reconnect_delay", entry.get("reconnect_delay", 1.0), zero=True
             ),
             mode=mode,
+            claims=_claims_map(f"{where}.claims", entry.get("claims") or {}),
         )
+
+    def claims_of(self, tool_name: str) -> Claims | None:
+        """What calls of the server's tool ``tool_name`` claim: the union of every
+        ``claims`` entry whose glob matches it, or None when none does."""
+        matched = [c for p, c in self.claims if fnmatch.fnmatchcase(tool_name, p)]
+        if not matched:
+            return None
+        reads = frozenset().union(*(c.reads for c in matched))
+        writes = frozenset().union(*(c.writes for c in matched))
+        return Claims(reads=reads, writes=writes)
 
     def wants(self, tool_name: str) -> bool:
         """Whether the server's tool ``tool_name`` passes ``include`` and ``exclude``."""
@@ -294,7 +339,7 @@ CONFIG_SCHEMA = ConfigSchema(
             (list,),
             "MCP servers: {name, command, args, env, cwd} or {name, url, headers}, each with "
             "optional timeout, startup_timeout, include, exclude, optional, reconnect, "
-            "reconnect_delay, mode",
+            "reconnect_delay, mode, claims",
             nullable=False,
         ),
         "prefix": Setting((str,), "tool name prefix; {server} is the server's name"),
@@ -339,7 +384,7 @@ def _block(block: Any) -> dict[str, Any]:
 
 
 def result_of(result: Any, server: str) -> ToolResult:
-    """An MCP ``CallToolResult`` as a :class:`ToolResult`.
+    """An MCP ``CallToolResult`` as a [`ToolResult`][amplifier_anyio.ToolResult].
 
     - Only text blocks and no structured content: the text (blocks joined by newlines).
     - Structured content whose text blocks only repeat it (the spec's compatibility text,
@@ -490,7 +535,8 @@ class MCPConnection:
     async def serve(self, *, task_status: anyio.abc.TaskStatus[dict[str, MCPTool]]) -> None:
         """Connect, report the tools, keep the connection; reconnect if configured.
 
-        Raises :class:`MCPServerError` when the first connection fails.
+        Raises [`MCPServerError`][amplifier_anyio.errors.MCPServerError] when the first connection
+        fails.
         """
         attempts = 0
         delay = self.config.reconnect_delay
@@ -623,7 +669,14 @@ class MCPConnection:
         for tool in listed:
             if not self.config.wants(tool.name):
                 continue
-            ours = MCPTool(self, tool.name, tool.description or "", dict(tool.input_schema))
+            claims = self.config.claims_of(tool.name)
+            ours = (
+                MCPTool(self, tool.name, tool.description or "", dict(tool.input_schema))
+                if claims is None
+                else ClaimingMCPTool(
+                    self, tool.name, tool.description or "", dict(tool.input_schema), claims
+                )
+            )
             if ours.name in tools:
                 logger.warning(
                     "MCP server %r: tools %r and %r are both named %r; the first is kept",
@@ -730,11 +783,33 @@ class MCPTool:
         self.input_schema = input_schema
 
     async def execute(self, input: dict[str, Any]) -> ToolResult:
-        """Call the tool on its server (see :meth:`MCPConnection.call`)."""
+        """Call the tool on its server (see `MCPConnection.call`)."""
         return await self.connection.call(self.mcp_name, dict(input or {}))
 
     def __repr__(self) -> str:
         return f"<MCPTool {self.name} ({self.connection.name}:{self.mcp_name})>"
+
+
+class ClaimingMCPTool(MCPTool):
+    """An MCP tool whose calls claim the resources its server's ``claims`` gives it.
+
+    Only tools the plan configures are of this class: the others have no ``claims`` at
+    all, so the batch never orders them (nor waits for their hooks)."""
+
+    def __init__(
+        self,
+        connection: MCPConnection,
+        mcp_name: str,
+        description: str,
+        input_schema: dict[str, Any],
+        claimed: Claims,
+    ) -> None:
+        super().__init__(connection, mcp_name, description, input_schema)
+        self.claimed = claimed
+
+    def claims(self, input: dict[str, Any]) -> Claims:
+        """The configured claims, whatever the input."""
+        return self.claimed
 
 
 # -- mount -----------------------------------------------------------------------------------
