@@ -128,7 +128,10 @@ def run_command(
             resumed = find_session(resume)
             options = stored_plan(options, resumed.session_id, resumed.path)
         elif prompt is None:
-            raise fail("missing the prompt (or --resume ID to continue a saved session)")
+            raise fail(
+                "missing argument 'PROMPT' — try 'amplifier-anyio run --help' "
+                "(or run --resume ID to continue a saved session)"
+            )
         mount_plan = build_plan(options)
         if resumed is not None:
             mount_plan = persistent_plan(mount_plan, resumed.path)
