@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .errors import (
         AmplifierError,
         ApprovalDeferred,
+        CassetteMismatchError,
         ConfigError,
         ContextWriteError,
         LLMError,
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "AmplifierError": "errors",
     "ApprovalDeferred": "errors",
+    "CassetteMismatchError": "errors",
     "ConfigError": "errors",
     "ContextWriteError": "errors",
     "LLMError": "errors",
@@ -160,4 +162,5 @@ __all__ = (
     "ModuleNotFoundError",
     "ModuleLoadError",
     "LLMError",
+    "CassetteMismatchError",
 )

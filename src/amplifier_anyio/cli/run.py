@@ -72,6 +72,22 @@ EventsJsonlOption = Annotated[
     Path | None,
     typer.Option("--events-jsonl", help="Write every event, untruncated, as JSON lines to FILE."),
 ]
+RecordOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--record",
+        metavar="FILE",
+        help="Record every provider call to FILE (JSON lines) for --replay.",
+    ),
+]
+ReplayOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--replay",
+        metavar="FILE",
+        help="Answer every provider call from FILE (made by --record); no request is sent.",
+    ),
+]
 StrictOption = Annotated[
     bool, typer.Option("--strict", help="Refuse config keys a module does not declare.")
 ]
@@ -100,6 +116,8 @@ def run_command(
         bool, typer.Option("--json", help="Print the TurnResult as one JSON object on stdout.")
     ] = False,
     strict: StrictOption = False,
+    record: RecordOption = None,
+    replay: ReplayOption = None,
     resume: Annotated[
         str | None,
         typer.Option(
@@ -119,6 +137,8 @@ def run_command(
         base_url=base_url,
         max_iterations=max_iterations,
         tools=tools,
+        record=record,
+        replay=replay,
     )
     with cli_command():
         resumed = None

@@ -139,6 +139,7 @@ _SESSION_KEYS = frozenset(
         "context",
         "context_source",
         "executor",
+        "cassette",
         "injection_budget_per_turn",
         "injection_size_limit",
         "metadata",
