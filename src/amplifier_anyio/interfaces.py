@@ -215,7 +215,7 @@ class ApprovalSystem(Protocol):
         prompt: str,
         options: list[str],
         timeout: float,
-        default: Literal["allow", "deny"],
+        default: Literal["allow", "deny", "defer"],
     ) -> str: ...
 
 

@@ -24,6 +24,7 @@ from amplifier_anyio import AmplifierSession, ConfigError
 from amplifier_anyio.hooks.approval import (
     ALLOW_ALWAYS,
     ALLOW_ONCE,
+    DEFER,
     DENY,
     OPTIONS,
     ApprovalConfig,
@@ -141,7 +142,7 @@ async def test_tools_without_a_rule_are_asked_with_the_configured_terms() -> Non
     assert got["reverse_words"][0].startswith("Denied by hook: User denied")
     assert sorted(asked.tools_asked()) == ["reverse_words", "word_count"]
     request = asked.requests[0]
-    assert request.options == (ALLOW_ONCE, ALLOW_ALWAYS, DENY)
+    assert request.options == (ALLOW_ONCE, ALLOW_ALWAYS, DENY, DEFER)
     assert request.timeout == 7
     assert request.default == "deny"
     assert request.prompt.endswith(f"\n  {TEXT}")
@@ -372,7 +373,10 @@ def test_without_a_terminal_approvals_fail_closed(tmp_path: Path) -> None:
         ("2\n", ALLOW_ALWAYS),
         ("allow always\n", ALLOW_ALWAYS),
         ("3\n", DENY),
-        ("4\n", DENY),
+        ("4\n", DEFER),
+        ("d\n", DEFER),
+        ("defer\n", DEFER),
+        ("5\n", DENY),
         ("", DENY),  # end of input
         ("whatever\n", DENY),
     ],

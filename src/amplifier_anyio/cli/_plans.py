@@ -97,6 +97,26 @@ def build_plan(options: PlanOptions, *, streaming: bool = False) -> MountPlan:
         raise fail(str(exc)) from None
 
 
+RESUMABLE = ("context-simple", "context-persistent")
+
+
+def persistent_plan(base: MountPlan, path: Path) -> MountPlan:
+    """``base`` with its context kept in ``path``: context-simple becomes
+    context-persistent (same settings); another context module is kept as it is (the
+    conversation then cannot be resumed)."""
+    data = base.to_dict()
+    context = data["session"]["context"]
+    if context["module"] not in RESUMABLE:
+        return base
+    config = {
+        key: value
+        for key, value in context.get("config", {}).items()
+        if key not in ("path", "transcript_path")
+    }
+    context.update(module="context-persistent", config={**config, "path": str(path)})
+    return MountPlan.from_dict(data)
+
+
 def _positive_int(flag: str, value: str | None) -> int | None:
     if value is None:
         return None

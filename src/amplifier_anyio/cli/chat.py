@@ -31,7 +31,7 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from ..contexts.persistent import default_path
+from ..contexts.persistent import default_path, lock_path_for
 from ..errors import CassetteMismatchError
 from ..events import CONTENT_BLOCK_DELTA, CONTENT_BLOCK_START
 from ..kernel._mount_plan import MountPlan
@@ -52,7 +52,8 @@ from ._common import (
     say,
     warn,
 )
-from ._plans import PlanOptions, build_plan, read_prompt
+from ._plans import RESUMABLE, PlanOptions, build_plan, persistent_plan, read_prompt
+from ._stored import metadata_path_for, remember_plan, stored_plan
 from .run import (
     BackendOption,
     BaseUrlOption,
@@ -77,7 +78,6 @@ PROMPT = "you> "
 """What the REPL shows when it waits for a line."""
 
 _RECAP = 10  # messages of a resumed conversation shown before the first prompt
-_RESUMABLE = ("context-simple", "context-persistent")
 
 HELP = """\
 /exit              leave (also Ctrl-D, or Ctrl-C twice at the prompt)
@@ -125,15 +125,18 @@ def chat_command(
         replay=replay,
     )
     with cli_command():
+        resumed = find_session(resume) if resume is not None else None
+        if resumed is not None:  # without --plan: the plan the session ran under
+            options = stored_plan(options, resumed.session_id, resumed.path)
         base = build_plan(options, streaming=True)
         system_text = read_prompt(system) if system is not None else None
-        resumed = find_session(resume) if resume is not None else None
         log = EventLog(events_jsonl) if events_jsonl is not None else None
         if log is not None:
             log.open()
         repl = _Repl(
             base, system=system_text, events=events, log=log, strict=strict, resumed=resumed
         )
+        repl.plan_file = options.plan
         try:
             code = anyio.run(repl.main, backend=backend)
         except typer.Exit:
@@ -150,17 +153,7 @@ def chat_plan(base: MountPlan, path: Path) -> MountPlan:
     """``base`` with its context kept in ``path``: context-simple becomes
     context-persistent (same settings); another context module is kept as it is (the chat
     then cannot be resumed)."""
-    data = base.to_dict()
-    context = data["session"]["context"]
-    if context["module"] not in _RESUMABLE:
-        return base
-    config = {
-        key: value
-        for key, value in context.get("config", {}).items()
-        if key not in ("path", "transcript_path")
-    }
-    context.update(module="context-persistent", config={**config, "path": str(path)})
-    return MountPlan.from_dict(data)
+    return persistent_plan(base, path)
 
 
 class _State(enum.Enum):
@@ -204,9 +197,11 @@ class _Repl:
         """A replayed turn left its cassette: nothing later can be answered; leave, exit 1."""
         self.decisions: dict[str, str] = {}
         """``/approve`` decisions not yet sent (the turn resumes once none is left)."""
+        self.plan_file: Path | None = None
+        """The plan file the session runs under (remembered beside its transcript)."""
         self._scope: anyio.CancelScope | None = None
         self._read_scope: anyio.CancelScope | None = None
-        if base.context.module not in _RESUMABLE:
+        if base.context.module not in RESUMABLE:
             warn(f"context {base.context.module!r} is not saved by chat: no --resume for it")
 
     async def main(self) -> int:
@@ -295,6 +290,7 @@ class _Repl:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 await enter_session(stack, session)
+                await remember_plan(session, self.plan_file)
                 self._attach(session)
                 context: Any = session.coordinator.get("context")
                 history = await context.get_messages()
@@ -567,6 +563,9 @@ def _goodbye(session_id: str, path: Path, count: int) -> None:
     with contextlib.suppress(OSError):  # nothing was said: leave no empty session behind
         if path.exists() and path.stat().st_size == 0:
             path.unlink()
+        if not path.exists():  # the files beside it (its writer has closed by now)
+            for beside in (lock_path_for(path), metadata_path_for(path)):
+                beside.unlink(missing_ok=True)
         path.parent.rmdir()
 
 

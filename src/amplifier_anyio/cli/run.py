@@ -28,7 +28,8 @@ from ._common import (
     say,
     turn_json,
 )
-from ._plans import PlanOptions, build_plan, read_prompt
+from ._plans import PlanOptions, build_plan, persistent_plan, read_prompt
+from ._stored import remember_plan, stored_plan
 
 __all__ = ("run_command", "add_system_prompt")
 
@@ -94,8 +95,12 @@ StrictOption = Annotated[
 
 def run_command(
     prompt: Annotated[
-        str, typer.Argument(help="What to ask the agent; - reads stdin, @FILE a file.")
-    ],
+        str | None,
+        typer.Argument(
+            help="What to ask the agent; - reads stdin, @FILE a file. With --resume and no "
+            "prompt: continue the session's last turn (after approvals, or a crash)."
+        ),
+    ] = None,
     *,
     plan: PlanOption = None,
     backend: BackendOption = "asyncio",
@@ -113,6 +118,15 @@ def run_command(
     strict: StrictOption = False,
     record: RecordOption = None,
     replay: ReplayOption = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume",
+            metavar="ID",
+            help="Run in a saved session (sessions list), under the plan it ran under "
+            "unless --plan says otherwise.",
+        ),
+    ] = None,
 ) -> None:
     """Run one turn and print the answer."""
     check_backend(backend)
@@ -127,11 +141,26 @@ def run_command(
         replay=replay,
     )
     with cli_command():
+        resumed = None
+        if resume is not None:  # without --plan: the plan the session ran under
+            from .sessions import find_session  # only for --resume
+
+            resumed = find_session(resume)
+            options = stored_plan(options, resumed.session_id, resumed.path)
+        elif prompt is None:
+            raise fail(
+                "missing argument 'PROMPT' — try 'amplifier-anyio run --help' "
+                "(or run --resume ID to continue a saved session)"
+            )
         mount_plan = build_plan(options)
-        text = read_prompt(prompt)
+        if resumed is not None:
+            mount_plan = persistent_plan(mount_plan, resumed.path)
+        text = read_prompt(prompt) if prompt is not None else None
         system_text = read_prompt(system) if system is not None else None
         log = EventLog(events_jsonl) if events_jsonl is not None else None
         turn = _Turn(mount_plan, text, system=system_text, events=events, log=log, strict=strict)
+        turn.plan_file = options.plan
+        turn.session_id = resumed.session_id if resumed is not None else None
         try:
             result, session_id = _run(turn, backend)
         finally:
@@ -158,7 +187,7 @@ class _Turn:
     def __init__(
         self,
         plan: MountPlan,
-        prompt: str,
+        prompt: str | None,
         *,
         system: str | None,
         events: bool,
@@ -171,6 +200,10 @@ class _Turn:
         self.events = events
         self.log = log
         self.strict = strict
+        self.plan_file: Path | None = None
+        """The plan file (remembered beside a persistent transcript)."""
+        self.session_id: str | None = None
+        """A saved session to run in (``--resume``); None: a new one."""
 
     async def __call__(self) -> tuple[TurnResult, str]:
         """The turn, with Ctrl-C read as a signal that cancels it through a cancel scope.
@@ -200,16 +233,25 @@ class _Turn:
         return outcome
 
     async def _turn(self) -> tuple[TurnResult, str]:
-        session = AmplifierSession(self.plan, strict=self.strict, approval_system=approval_system())
+        session = AmplifierSession(
+            self.plan,
+            session_id=self.session_id,
+            is_resumed=self.session_id is not None,
+            strict=self.strict,
+            approval_system=approval_system(),
+        )
         if self.log is not None:
             self.log.open()
             self.log.attach(session)
         async with contextlib.AsyncExitStack() as stack:
             await enter_session(stack, session)
+            await remember_plan(session, self.plan_file)
             if self.events:
                 print_events(session)
             if self.system is not None:
                 await add_system_prompt(session, self.system)
+            if self.prompt is None:  # --resume without a prompt: the last turn goes on
+                return await session.resume(), session.session_id
             return await session.run(self.prompt), session.session_id
 
 

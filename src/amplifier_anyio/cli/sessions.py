@@ -9,7 +9,13 @@ not ask, and off a terminal is required). A session is named by its id or by an
 unambiguous prefix of it, in any project.
 
 ``approve ID CALL allow|deny`` decides a tool call a turn left waiting for approval
-(``docs/durable.md``); ``chat --resume ID`` then continues the turn (``/resume``).
+(``docs/durable.md``); ``run --resume ID`` (or ``chat --resume ID``, then ``/resume``)
+continues the turn, under the plan the session ran under.
+
+Nothing here but ``rm`` writes: ``list`` and ``show`` read the transcript as it is (a
+running session's too), and ``approve`` appends to the transcript's decisions file, which
+the session's writer takes in when the turn resumes. ``rm`` takes the session's writer
+lock first, so it refuses a session a process has open.
 
 Each sub-command is one function registered on `app` (``@app.command("name")``)
 and resolves its ``ID`` with `find_session`.
@@ -28,7 +34,7 @@ import anyio
 import attrs
 import typer
 
-from ..contexts import _jsonl
+from ..contexts import _jsonl, _store
 from ..contexts.durable import approve, pending_approvals
 from ..contexts.persistent import CONTEXT_MESSAGES_FILENAME, amplifier_home, default_path
 from ..errors import ContextFileError, SessionError
@@ -217,7 +223,8 @@ def approve_command(
         say(f"{len(waiting)} call(s) still waiting: " + ", ".join(p.call_id for p in waiting))
     else:
         say(
-            f"continue the turn with: amplifier-anyio chat --resume {info.session_id}, then /resume"
+            f"continue the turn with: amplifier-anyio run --resume {info.session_id} "
+            f"(or chat --resume {info.session_id}, then /resume)"
         )
 
 
@@ -235,7 +242,8 @@ def rm_command(
         bool, typer.Option("--yes", "-y", help="Delete without asking (needed off a terminal).")
     ] = False,
 ) -> None:
-    """Delete a saved session (its whole directory), after asking on a terminal."""
+    """Delete a saved session (its whole directory), after asking on a terminal; never
+    one a process has open."""
     info = find_session(session_id)
     if not yes:
         if not sys.stdin.isatty():
@@ -249,9 +257,15 @@ def rm_command(
             say(f"kept session {info.session_id}")
             raise typer.Exit(1)
     try:
+        held = _store.acquire_writer(info.path)  # as its writer: no session has it open
+    except (SessionError, ContextFileError) as exc:
+        raise fail(f"cannot remove session {info.session_id}: {exc}") from None
+    try:
         shutil.rmtree(info.directory)
     except OSError as exc:
         raise fail(f"cannot remove {info.directory}: {exc.strerror or exc}") from None
+    finally:
+        _store.release_writer(held)
     say(f"removed session {info.session_id}")
 
 

@@ -364,6 +364,8 @@ class AmplifierSession:
                 await self.coordinator.start_service(
                     partial(_serve_executor, executor), name=f"executor:{spec.module}"
                 )
+            elif executor is not None:  # a built-in's workers end with the session
+                self.coordinator.register_cleanup(executor.stop)
             built[id(spec)] = executor
             return executor
 
@@ -623,6 +625,7 @@ class AmplifierSession:
             name = getattr(context, "name", type(context).__name__)
             msg = f"the context {name!r} cannot resume a turn (context-persistent can)"
             raise SessionError(msg)
+        _check_held_tools(context, coordinator.get("tools"), approvals)  # before any decision
         if approvals:
             decide = getattr(context, "journal_decide", None)
             if decide is None:
@@ -732,3 +735,19 @@ def _reason_code(exc: BaseException) -> str:
     if isinstance(exc, ConfigError):
         return "config_error"
     return "mount_error"
+
+
+def _check_held_tools(context: Any, tools: Any, approvals: Mapping[str, str]) -> None:
+    """Refuse a resume under a plan without the tool of a held call (it would be answered
+    "not found" and its approval used up), before any decision is recorded."""
+    held_calls = getattr(context, "held_calls", None)
+    if held_calls is None:
+        return
+    mounted = tools or {}
+    for call_id, tool in held_calls():
+        if tool not in mounted and approvals.get(call_id) != "deny":
+            msg = (
+                f"cannot resume: the held call {call_id} needs the tool {tool!r}, which this "
+                "session does not mount (resume it under the plan it ran under)"
+            )
+            raise SessionError(msg)

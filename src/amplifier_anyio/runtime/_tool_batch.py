@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from ..contexts._journal import pending_result
+from ..contexts._journal import ArgumentsChangedError, pending_result
 from ..errors import ApprovalDeferred, ContextWriteError, unwrap_group
 from ..events import TOOL_ERROR, TOOL_POST, TOOL_PRE
 from ..kernel._cancellation import CancellationToken
@@ -425,6 +425,9 @@ class ToolBatch:
                     await self._journal_finish(call, replaced, result.success)
         except ApprovalDeferred as deferral:
             await self._hold_call(index, call, tool_input, deferral.prompt)
+        except ArgumentsChangedError as changed:  # an approval binds to the call it was given for
+            self._slots[index] = f"Denied: {changed}"
+            self.succeeded[index] = False
         except (KeyboardInterrupt, SystemExit) as exc:
             self._stop(index, exc)
         except Exception as exc:  # noqa: BLE001 - one call's failure is that call's result
