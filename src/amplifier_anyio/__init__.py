@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         ApprovalDeferred,
         ConfigError,
         ContextWriteError,
+        DelegationError,
         LLMError,
         ModuleLoadError,
         ModuleNotFoundError,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         TurnStatus,
         current_tool_call,
         current_trace_id,
+        current_turn,
         validate_plan,
     )
     from .models import (
@@ -69,6 +71,7 @@ _LAZY: dict[str, str] = {
     "ApprovalDeferred": "errors",
     "ConfigError": "errors",
     "ContextWriteError": "errors",
+    "DelegationError": "errors",
     "LLMError": "errors",
     "ModuleLoadError": "errors",
     "ModuleNotFoundError": "errors",
@@ -92,6 +95,7 @@ _LAZY: dict[str, str] = {
     "TurnStatus": "kernel",
     "current_tool_call": "kernel",
     "current_trace_id": "kernel",
+    "current_turn": "kernel",
     "validate_plan": "kernel",
     "ChatRequest": "models",
     "ChatResponse": "models",
@@ -135,6 +139,7 @@ __all__ = (
     "ToolCallContext",
     "current_tool_call",
     "current_trace_id",
+    "current_turn",
     # tools
     "Claims",
     # models
@@ -157,6 +162,7 @@ __all__ = (
     "ApprovalDeferred",
     "ValidationError",
     "SessionError",
+    "DelegationError",
     "ModuleNotFoundError",
     "ModuleLoadError",
     "LLMError",
