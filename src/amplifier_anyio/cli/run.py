@@ -28,7 +28,7 @@ from ._common import (
     say,
     turn_json,
 )
-from ._plans import PlanOptions, build_plan, read_prompt
+from ._plans import PlanOptions, agent_plan, build_plan, read_prompt
 
 __all__ = ("run_command", "add_system_prompt")
 
@@ -71,6 +71,14 @@ EventsJsonlOption = Annotated[
     Path | None,
     typer.Option("--events-jsonl", help="Write every event, untruncated, as JSON lines to FILE."),
 ]
+AgentOption = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        metavar="NAME",
+        help="Run the plan's agent NAME (its agents: section) as the session itself.",
+    ),
+]
 StrictOption = Annotated[
     bool, typer.Option("--strict", help="Refuse config keys a module does not declare.")
 ]
@@ -95,6 +103,7 @@ def run_command(
         bool, typer.Option("--json", help="Print the TurnResult as one JSON object on stdout.")
     ] = False,
     strict: StrictOption = False,
+    agent: AgentOption = None,
 ) -> None:
     """Run one turn and print the answer."""
     check_backend(backend)
@@ -110,6 +119,9 @@ def run_command(
         mount_plan = build_plan(options)
         text = read_prompt(prompt)
         system_text = read_prompt(system) if system is not None else None
+        if agent is not None:
+            mount_plan, instruction = agent_plan(mount_plan, agent)
+            system_text = system_text if system_text is not None else instruction
         log = EventLog(events_jsonl) if events_jsonl is not None else None
         turn = _Turn(mount_plan, text, system=system_text, events=events, log=log, strict=strict)
         try:
