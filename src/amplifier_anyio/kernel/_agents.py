@@ -94,6 +94,7 @@ _SECTIONS = frozenset(
     {"session", "orchestrator", "context", "providers", "tools", "hooks", "agents", "includes"}
 )
 _MODULE_LISTS = ("providers", "tools", "hooks")
+_OWN_TABLES = ("session", "orchestrator", "context")  # a child's copies (small, changed)
 _PERSISTENT = "context-persistent"
 _MESSAGES_FILE = "context-messages.jsonl"  # context-persistent's name inside a session dir
 _SPAN = re.compile(r"^[0-9a-f]{16}_(.+)$")
@@ -196,7 +197,12 @@ def merge_overlay(parent: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict
     merge, see the module docstring). Neither input is changed."""
     sections = {k: v for k, v in overlay.items() if k not in _OWN_KEYS}
     agent_filter = sections.pop("agents", None)
-    merged: dict[str, Any] = _copy_tree(parent)
+    # Tables the spawner may change are copied; the rest is shared with the parent (as
+    # upstream's shallow merge does): a big provider script is not copied per child.
+    merged: dict[str, Any] = dict(parent)
+    for key in _OWN_TABLES:
+        if isinstance(merged.get(key), Mapping):
+            merged[key] = _copy_tree(merged[key])
     for key, value in _copy_tree(sections).items():
         current = merged.get(key)
         if key in _MODULE_LISTS and isinstance(value, list):

@@ -294,7 +294,10 @@ class AmplifierSession:
     async def _check_schemas(self, plan: MountPlan) -> None:
         """Every schema problem of the plan before any module is mounted: unknown keys
         are warnings (errors when strict); errors come as one ConfigError listing all."""
-        report = await schema_problems(plan, self.loader, strict=self.strict)
+        # a sub-agent's agents were checked when its root session started
+        report = await schema_problems(
+            plan, self.loader, strict=self.strict, agents=self.depth == 0
+        )
         for warning in report.warnings:
             logger.warning("%s", warning)
         if report.errors:

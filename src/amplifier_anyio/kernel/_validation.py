@@ -111,12 +111,15 @@ async def validate_plan(
     return findings.report()
 
 
-async def schema_problems(plan: MountPlan, loader: ModuleLoader, *, strict: bool) -> PlanReport:
+async def schema_problems(
+    plan: MountPlan, loader: ModuleLoader, *, strict: bool, agents: bool = True
+) -> PlanReport:
     """The schema check alone, no mount: what a session runs before it mounts. A module
     that cannot be found is left to the mount (which honours ``optional``); an optional
-    module's problems are warnings."""
+    module's problems are warnings. ``agents=False`` skips the agents section (a
+    sub-agent's: its root session checked them when it started)."""
     findings = _Findings()
-    _check_plan(plan, strict, findings)
+    _check_plan(plan, strict, findings, agents=agents)
     for kind, spec in plan.all_modules():
         if spec.problem is not None:
             continue  # the mount reports it, honouring optional
@@ -182,7 +185,7 @@ def _unknown_keys(plan: MountPlan) -> list[str]:
     return found
 
 
-def _check_plan(plan: MountPlan, strict: bool, findings: _Findings) -> None:
+def _check_plan(plan: MountPlan, strict: bool, findings: _Findings, *, agents: bool = True) -> None:
     """Keys the plan's structure does not define (a typo such as ``confg:`` would silently
     drop a module's config), and what the plan asks for that is not supported:
     ``includes`` (bundles). Errors when ``strict``, warnings otherwise."""
@@ -191,9 +194,10 @@ def _check_plan(plan: MountPlan, strict: bool, findings: _Findings) -> None:
         SessionLimits.from_settings(plan.session_settings)
     except ConfigError as exc:
         findings.errors.append(str(exc))
-    errors, warnings = agent_problems(plan, strict=strict)
-    findings.errors.extend(errors)
-    findings.warnings.extend(warnings)
+    if agents:
+        errors, warnings = agent_problems(plan, strict=strict)
+        findings.errors.extend(errors)
+        findings.warnings.extend(warnings)
     if plan.includes:
         listed = ", ".join(repr(i) for i in plan.includes)
         line = (
