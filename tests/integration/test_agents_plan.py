@@ -246,3 +246,68 @@ def test_chat_shows_sub_agents_compactly_and_sessions_show_draws_them(
     assert child["session_id"].startswith(f"{root['session_id']}-")
     shown = CliRunner().invoke(app, ["sessions", "show", root["session_id"]])
     assert f"  └─ researcher  {child['session_id']}  2 msgs  dig" in shown.stdout
+
+
+def priced_plan(max_cost: float) -> dict[str, Any]:
+    """Every token costs one dollar; the root spends 2, its child 3."""
+    pricing = {"input_per_mtok": 1_000_000}
+    task_call = {"id": "t0", "name": "task", "arguments": {"agent": "clerk", "instruction": "x"}}
+    return {
+        "session": {
+            "orchestrator": "loop-basic",
+            "context": "context-simple",
+            "budget": {"max_cost_usd": max_cost},
+        },
+        "providers": [
+            {
+                "module": "provider-scripted",
+                "config": {
+                    "pricing": pricing,
+                    "responses": [
+                        {"tool_calls": [task_call], "usage": {"input_tokens": 2}},
+                        {"content": [{"type": "text", "text": "paid"}]},
+                    ],
+                },
+            }
+        ],
+        "tools": [{"module": "tool-task"}],
+        "agents": {
+            "clerk": {
+                "description": "Costs money.",
+                "providers": [
+                    {
+                        "module": "provider-scripted",
+                        "config": {
+                            "responses": [
+                                {
+                                    "content": [{"type": "text", "text": "done"}],
+                                    "usage": {"input_tokens": 3},
+                                }
+                            ]
+                        },
+                    }
+                ],
+            }
+        },
+    }
+
+
+async def test_dollars_from_pricing_flow_up_and_a_cost_budget_ends_the_turn() -> None:
+    completed: list[dict[str, Any]] = []
+
+    async def record(event: str, data: dict[str, Any]) -> None:
+        completed.append(data)
+
+    async with AmplifierSession(priced_plan(100.0), strict=True) as session:
+        session.coordinator.hooks.register("task:agent_completed", record)
+        result = await session.run("spend")
+        spent = session.coordinator.turn.budget.cost_usd
+    assert result.text == "paid"
+    assert spent == pytest.approx(5.0)  # the root's 2 and the child's 3 (pricing inherited)
+    assert completed[0]["cost_usd"] == pytest.approx(3.0)
+
+    async with AmplifierSession(priced_plan(4.0)) as session:
+        result = await session.run("spend")
+    assert result.status.value == "incomplete"
+    assert result.finish_reason == "budget"
+    assert any("max_cost_usd: 4 reached (5 spent)" in p for p in result.problems)

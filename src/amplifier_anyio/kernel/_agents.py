@@ -453,7 +453,8 @@ class Delegation:
     ) -> dict[str, Any]:
         """Run ``instruction`` in a new child session of agent ``agent_name`` (capability
         ``session.spawn``); returns ``{output, session_id, status, turn_count, usage,
-        cost_usd}``.
+        cost_usd, finish_reason}`` (``cost_usd``: the child's dollars, its own sub-agents
+        included, from the providers' ``pricing``).
 
         The child runs in the caller's task under the caller's turn. A child turn that
         failed raises its error (upstream's ``execute``); a cancelled one returns status
@@ -503,7 +504,7 @@ class Delegation:
             system=agent_instruction(agent),
             inherited=_sanitized(parent_messages),
         )
-        return self._answer(child_id, result)
+        return self._answer(child_id, result, child.coordinator.turn.budget.cost_usd)
 
     async def resume(self, *, sub_session_id: str, instruction: str) -> dict[str, Any]:
         """Continue child ``sub_session_id`` with ``instruction`` (capability
@@ -530,7 +531,7 @@ class Delegation:
         result = await self._run_child(
             parent, child, instruction, record, system=None, inherited=[]
         )
-        return self._answer(sub_session_id, result)
+        return self._answer(sub_session_id, result, child.coordinator.turn.budget.cost_usd)
 
     # -- the parts -----------------------------------------------------------------------
 
@@ -627,13 +628,14 @@ class Delegation:
         return result
 
     @staticmethod
-    def _answer(child_id: str, result: TurnResult) -> dict[str, Any]:
+    def _answer(child_id: str, result: TurnResult, cost_usd: float) -> dict[str, Any]:
         return {
             "output": result.text,
             "session_id": child_id,
             "status": str(result.status),
             "turn_count": result.turn_count,
             "usage": unstructure(result.usage),
+            "cost_usd": cost_usd,
             "finish_reason": result.finish_reason,
         }
 

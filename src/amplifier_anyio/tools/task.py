@@ -20,7 +20,8 @@ what the children inherit (the agent's own entries always stay).
 Events on the parent's hooks: ``task:agent_spawned`` ``{agent, sub_session_id,
 parent_session_id, tool_call_id}`` (``task:agent_resumed`` ``{session_id, ...}`` when
 continuing), then exactly one ``task:agent_completed`` ``{agent, sub_session_id,
-parent_session_id, success, status, turn_count, usage, error}`` however the child ended.
+parent_session_id, success, status, turn_count, usage, cost_usd, error}`` however the
+child ended.
 The session needs ``session.spawn`` / ``session.resume`` — an opened session whose plan has
 agents registers them.
 """
@@ -220,6 +221,7 @@ class TaskTool:
             status=status,
             turn_count=answer.get("turn_count"),
             usage=answer.get("usage"),
+            cost_usd=answer.get("cost_usd"),
             finish_reason=answer.get("finish_reason"),
         )
         await hooks.emit(TASK_AGENT_COMPLETED, ended)
