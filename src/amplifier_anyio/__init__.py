@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .errors import (
         AmplifierError,
         ApprovalDeferred,
+        CassetteMismatchError,
         ConfigError,
         ContextWriteError,
         DelegationError,
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "AmplifierError": "errors",
     "ApprovalDeferred": "errors",
+    "CassetteMismatchError": "errors",
     "ConfigError": "errors",
     "ContextWriteError": "errors",
     "DelegationError": "errors",
@@ -166,4 +168,5 @@ __all__ = (
     "ModuleNotFoundError",
     "ModuleLoadError",
     "LLMError",
+    "CassetteMismatchError",
 )

@@ -46,21 +46,24 @@ CI_VARIABLES = (
 )
 
 
-def run_pytest(project: Path, *args: str, ci: bool = False) -> subprocess.CompletedProcess[str]:
+def run_pytest(
+    project: Path, *args: str, ci: bool = False, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """An outside project's pytest, on a developer's machine or (``ci``) on a CI runner,
-    whatever machine runs this test."""
-    env = {
+    whatever machine runs this test; ``env``: more variables."""
+    environment = {
         k: v for k, v in os.environ.items() if k not in CI_VARIABLES and k != "HYPOTHESIS_PROFILE"
     }
+    environment.update(env or {})
     if ci:
-        env["CI"] = "true"
+        environment["CI"] = "true"
     # amplifier-core (installed for the upstream-module tests) brings a pytest plugin that
     # needs pytest-asyncio, which it does not declare: it is not what these tests are about.
     blocked = ("-p", "no:amplifier_module")
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", *blocked, *args],
         cwd=project,
-        env=env,
+        env=environment,
         capture_output=True,
         text=True,
         timeout=300,
@@ -118,3 +121,76 @@ def test_a_project_ci_profile_is_kept_on_a_ci_runner(tmp_path: Path) -> None:
     result = run_pytest(tmp_path, "-k", "test_profile", ci=True)
     assert "PROFILE ci\n" in result.stdout, result.stdout + result.stderr
     assert "data_too_large" not in result.stdout  # the project's profile, not the plugin's
+
+
+CASSETTE_TEST = textwrap.dedent(
+    """
+    import os
+
+    import anyio
+    import pytest
+
+    from amplifier_anyio import AmplifierSession
+
+    PLAN = {
+        "session": {"orchestrator": "loop-basic", "context": "context-simple"},
+        "providers": [{"module": "provider-scripted", "config": {"demo": True}}],
+        "tools": [{"module": "tool-demo"}],
+    }
+
+
+    @pytest.mark.parametrize("word", ["alpha", "beta"])
+    def test_turn(cassette, word):
+        async def main():
+            plan = {**PLAN, "session": {**PLAN["session"], "cassette": cassette.to_dict()}}
+            async with AmplifierSession(plan) as session:
+                result = await session.run(f"{word} {os.environ.get('PROMPT', 'hello')}")
+                mode = session.coordinator.get_capability("cassette").statistics().mode
+                print("MODE", word, mode, cassette.tools)
+                assert result.status == "success", f"{type(result.error).__name__}: {result.error}"
+
+        anyio.run(main)
+
+
+    @pytest.mark.cassette(tools=True)
+    def test_tools(cassette):
+        print("TOOLS", cassette.tools, cassette.mode)
+    """
+)
+
+
+def test_the_cassette_fixture_records_once_and_replays_in_ci(tmp_path: Path) -> None:
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_outsider.py").write_text(CASSETTE_TEST, encoding="utf-8")
+    files = tmp_path / "tests" / "cassettes" / "test_outsider"
+
+    first = run_pytest(tmp_path)  # a developer's machine: once
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "MODE alpha record False" in first.stdout
+    assert sorted(p.name for p in files.iterdir()) == [
+        "test_turn[alpha].jsonl",
+        "test_turn[beta].jsonl",
+    ]
+    assert "TOOLS True auto" in first.stdout
+
+    again = run_pytest(tmp_path, ci=True)  # CI: none, replay only
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "MODE alpha replay False" in again.stdout
+    assert "TOOLS True replay" in again.stdout
+
+    (files / "test_turn[beta].jsonl").unlink()
+    failed = run_pytest(tmp_path, "-k", "turn", ci=True, env={"PROMPT": "changed"})
+    assert failed.returncode == 1
+    assert "2 failed" in failed.stdout
+    # alpha drifted; beta has no cassette any more
+    assert (
+        "CassetteMismatchError: lane 'root', call 0: the request differs from the recording "
+        "at messages[0].content" in failed.stdout
+    )
+    assert "test_turn[beta].jsonl: no such cassette" in failed.stdout
+
+    rerecorded = run_pytest(tmp_path, "--cassette-mode", "all", env={"PROMPT": "changed"})
+    assert rerecorded.returncode == 0, rerecorded.stdout + rerecorded.stderr
+    assert "MODE alpha record False" in rerecorded.stdout
+    assert "changed" in (files / "test_turn[alpha].jsonl").read_text()

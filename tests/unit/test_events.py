@@ -124,7 +124,13 @@ def test_constant_name_is_upper_snake_of_its_value() -> None:
 
 
 def test_every_constant_is_exported() -> None:
-    collections = {"ALL_EVENTS", "EMITTED_EVENTS", "RESERVED_EVENTS", "LIFECYCLE_EVENTS"}
+    collections = {
+        "ALL_EVENTS",
+        "EMITTED_EVENTS",
+        "RESERVED_EVENTS",
+        "LIFECYCLE_EVENTS",
+        "GATE_EVENTS",
+    }
     assert set(_constants()) | collections == set(events.__all__)
 
 

@@ -2,8 +2,8 @@
 
 ``run`` and ``chat`` share the options here. A plan file wins over ``--provider``,
 ``--model`` and ``--base-url`` (they are then ignored, with a warning);
-``--max-iterations`` and ``--tools`` apply to either. Every bad value is one line and
-exit 2.
+``--max-iterations``, ``--tools``, ``--record`` and ``--replay`` apply to either. Every
+bad value is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -57,6 +57,10 @@ class PlanOptions:
     base_url: str | None = None
     max_iterations: str | None = None
     tools: str | None = None
+    record: Path | None = None
+    """``--record FILE``: the plan's ``session.cassette`` records to FILE."""
+    replay: Path | None = None
+    """``--replay FILE``: the plan's ``session.cassette`` replays FILE."""
 
 
 def build_plan(options: PlanOptions, *, streaming: bool = False) -> MountPlan:
@@ -87,6 +91,7 @@ def build_plan(options: PlanOptions, *, streaming: bool = False) -> MountPlan:
         config = {**orchestrator.get("config", {}), "max_iterations": max_iterations}
         orchestrator["config"] = config
     _add_tools(data, tools)
+    _add_cassette(data, options)
     try:
         return MountPlan.from_dict(data)
     except ConfigError as exc:  # pragma: no cover - the pieces above are valid
@@ -208,6 +213,18 @@ def _add_tools(data: dict[str, Any], tools: tuple[str, ...]) -> None:
     hooks = data.setdefault("hooks", [])
     if not any(entry["module"] == "hooks-approval" for entry in hooks):
         hooks.append({"module": "hooks-approval", "config": {"tools": list(APPROVAL_TOOLS)}})
+
+
+def _add_cassette(data: dict[str, Any], options: PlanOptions) -> None:
+    """``--record`` / ``--replay``: the session's cassette (over one the plan file names)."""
+    if options.record is not None and options.replay is not None:
+        raise fail("--record and --replay: give one of them")
+    if options.record is not None:
+        data["session"]["cassette"] = {"path": str(options.record), "mode": "record"}
+    elif options.replay is not None:
+        if not options.replay.is_file():
+            raise fail(f"--replay: {options.replay}: no such cassette (record it with --record)")
+        data["session"]["cassette"] = {"path": str(options.replay), "mode": "replay"}
 
 
 def read_prompt(prompt: str) -> str:

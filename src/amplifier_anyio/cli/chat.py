@@ -32,6 +32,7 @@ import anyio
 import typer
 
 from ..contexts.persistent import default_path
+from ..errors import CassetteMismatchError
 from ..events import (
     CONTENT_BLOCK_DELTA,
     CONTENT_BLOCK_START,
@@ -67,6 +68,8 @@ from .run import (
     ModelOption,
     PlanOption,
     ProviderOption,
+    RecordOption,
+    ReplayOption,
     StrictOption,
     SystemOption,
     ToolsOption,
@@ -112,6 +115,8 @@ def chat_command(
         typer.Option("--resume", metavar="ID", help="Continue a saved session (sessions list)."),
     ] = None,
     strict: StrictOption = False,
+    record: RecordOption = None,
+    replay: ReplayOption = None,
 ) -> None:
     """Talk with the agent: one session, many turns, saved for --resume."""
     check_backend(backend)
@@ -122,6 +127,8 @@ def chat_command(
         base_url=base_url,
         max_iterations=max_iterations,
         tools=tools,
+        record=record,
+        replay=replay,
     )
     with cli_command():
         base = build_plan(options, streaming=True)
@@ -199,6 +206,8 @@ class _Repl:
         self.presses = 0
         self.idle_presses = 0
         self.streamed = False
+        self.drifted = False
+        """A replayed turn left its cassette: nothing later can be answered; leave, exit 1."""
         self.decisions: dict[str, str] = {}
         """``/approve`` decisions not yet sent (the turn resumes once none is left)."""
         self._scope: anyio.CancelScope | None = None
@@ -213,7 +222,17 @@ class _Repl:
                 group.start_soon(self._watch, signals)
                 try:
                     with anyio.CancelScope() as self._scope:
-                        await self._sessions()
+                        async with contextlib.AsyncExitStack() as stack:
+                            cassette = self.base.cassette
+                            if cassette is not None:
+                                # One cassette for every session of the chat (/reset too):
+                                # their calls go on in the root lane.
+                                from ..testing.cassette import open_cassette
+
+                                await stack.enter_async_context(
+                                    open_cassette(cassette.path, cassette.mode)
+                                )
+                            await self._sessions()
                 finally:
                     group.cancel_scope.cancel()
         return self.exit_code
@@ -346,6 +365,8 @@ class _Repl:
                     return action
                 continue
             await self._turn(session, text)
+            if self.drifted:
+                return _LEAVE
 
     async def _prompt(self) -> str | None:
         say(PROMPT, console=out, end="")
@@ -382,6 +403,8 @@ class _Repl:
         elif result.status is TurnStatus.ERROR:
             error = result.error
             say(f"error: the turn failed: {type(error).__name__}: {one_line(str(error))}")
+            if isinstance(error, CassetteMismatchError):
+                self.drifted, self.exit_code = True, 1
         elif result.status is TurnStatus.AWAITING_APPROVAL:
             self._show_pending(session, list(result.pending_approvals))
         elif result.status is not TurnStatus.SUCCESS:

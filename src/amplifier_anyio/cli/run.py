@@ -71,6 +71,22 @@ EventsJsonlOption = Annotated[
     Path | None,
     typer.Option("--events-jsonl", help="Write every event, untruncated, as JSON lines to FILE."),
 ]
+RecordOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--record",
+        metavar="FILE",
+        help="Record every provider call to FILE (JSON lines) for --replay.",
+    ),
+]
+ReplayOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--replay",
+        metavar="FILE",
+        help="Answer every provider call from FILE (made by --record); no request is sent.",
+    ),
+]
 AgentOption = Annotated[
     str | None,
     typer.Option(
@@ -103,6 +119,8 @@ def run_command(
         bool, typer.Option("--json", help="Print the TurnResult as one JSON object on stdout.")
     ] = False,
     strict: StrictOption = False,
+    record: RecordOption = None,
+    replay: ReplayOption = None,
     agent: AgentOption = None,
 ) -> None:
     """Run one turn and print the answer."""
@@ -114,6 +132,8 @@ def run_command(
         base_url=base_url,
         max_iterations=max_iterations,
         tools=tools,
+        record=record,
+        replay=replay,
     )
     with cli_command():
         mount_plan = build_plan(options)

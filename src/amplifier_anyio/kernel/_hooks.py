@@ -353,8 +353,12 @@ def _failed(
 ) -> HookResult:
     """A handler that raised: a deny naming it on a gate event, else skipped (logged)."""
     if event in GATE_EVENTS and not collecting:
-        logger.error("%s failed on %s; denied (fail closed)", entry.label, event, exc_info=exc)
-        reason = f"{entry.label} failed on {event}: {type(exc).__name__}: {exc}"
+        if isinstance(exc, ForeignModuleError):  # an answer that is no verdict: it says so
+            logger.error("%s; denied (fail closed)", exc)
+            reason = str(exc)
+        else:
+            logger.error("%s failed on %s; denied (fail closed)", entry.label, event, exc_info=exc)
+            reason = f"{entry.label} failed on {event}: {type(exc).__name__}: {exc}"
         return HookResult(action="deny", reason=f"{reason} (denied: fail closed)")
     logger.error("%s failed on %s; skipped", entry.label, event, exc_info=exc)
     return _FAILED

@@ -7,6 +7,7 @@ session:
   orchestrator: loop-basic            # or {module, source, config}
   context: {module: context-simple, config: {max_tokens: 100000}}
   executor: {module: process, config: {}}   # where tool calls run (default: local)
+  cassette: {path: run.jsonl, mode: auto, tools: false}   # record / replay (testing)
 orchestrator: {config: {max_iterations: 10}}   # config for the string form
 providers: [{module: provider-openai, config: {model: gpt-4o}}]
 tools: [{module: tool-filesystem}]      # or {module, config, executor: local}
@@ -36,7 +37,7 @@ import attrs
 
 from ..errors import ConfigError
 
-__all__ = ("ModuleSpec", "MountPlan", "expand_variables")
+__all__ = ("ModuleSpec", "MountPlan", "CassetteSpec", "CASSETTE_MODES", "expand_variables")
 
 _SECTIONS = ("providers", "tools", "hooks")
 
@@ -76,6 +77,55 @@ class ModuleSpec:
         return entry
 
 
+CASSETTE_MODES = ("record", "replay", "auto", "new_episodes")
+"""What ``session.cassette.mode`` may be (see `amplifier_anyio.testing.cassette`)."""
+
+
+@attrs.frozen(kw_only=True)
+class CassetteSpec:
+    """``session.cassette``: record the session's provider calls to ``path`` (JSON lines)
+    or answer them from it (DESIGN §16, ``docs/testing.md``).
+
+    ``mode``: ``record`` (a fresh file), ``replay`` (no provider request at all),
+    ``auto`` (replay when the file exists, else record) or ``new_episodes`` (replay what
+    was recorded, record calls past the end). ``tools``: record tool results too, and
+    replay them without running the tools. A relative ``path`` is taken from the working
+    directory.
+    """
+
+    path: str
+    mode: str = "auto"
+    tools: bool = False
+
+    @classmethod
+    def from_value(cls, value: Any, field: str = "session.cassette") -> CassetteSpec:
+        """Parse a ``{path, mode, tools}`` table (or a bare path: mode auto); a bad value
+        is a ConfigError naming the key (``session.cassette.mode: ...``)."""
+        if isinstance(value, str | os.PathLike):
+            value = {"path": os.fspath(value)}
+        if not isinstance(value, Mapping):
+            _fail(field, f"expected a {{path, mode, tools}} table, got {_kind(value)}")
+        unknown = sorted(str(k) for k in value if k not in ("path", "mode", "tools"))
+        if unknown:
+            _fail(f"{field}.{unknown[0]}", "unknown key (expected path, mode, tools)")
+        path = value.get("path")
+        if path is None or path == "":
+            _fail(f"{field}.path", "required")
+        if not isinstance(path, str | os.PathLike):
+            _fail(f"{field}.path", f"expected a file path, got {_kind(path)}")
+        mode = value.get("mode", "auto")
+        if mode not in CASSETTE_MODES:
+            _fail(f"{field}.mode", f"expected one of {', '.join(CASSETTE_MODES)}, got {mode!r}")
+        tools = value.get("tools", False)
+        if not isinstance(tools, bool):
+            _fail(f"{field}.tools", f"expected true or false, got {_kind(tools)}")
+        return cls(path=os.fspath(path), mode=mode, tools=tools)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan's ``session.cassette`` table."""
+        return {"path": self.path, "mode": self.mode, "tools": self.tools}
+
+
 @attrs.frozen(kw_only=True)
 class MountPlan:
     """A parsed, validated mount plan. ``raw`` is the plan as given (a dict)."""
@@ -91,6 +141,8 @@ class MountPlan:
     """The plan's ``includes`` entries: not supported, reported by validation."""
     executor: ModuleSpec | None = None
     """The session's executor (``session.executor``); None: local."""
+    cassette: CassetteSpec | None = None
+    """The session's cassette (``session.cassette``); None: providers are called."""
     raw: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
@@ -132,6 +184,7 @@ class MountPlan:
             agents={} if agents is None else agents,
             includes=tuple(includes or ()),
             executor=_executor(session.get("executor"), "session.executor"),
+            cassette=_cassette(session.get("cassette")),
             raw=_raw(expanded, agents if "agents" in data else None),
         )
 
@@ -361,6 +414,10 @@ def _executor(value: Any, field: str) -> ModuleSpec | None:
     if value is None:
         return None
     return _spec(value, field)
+
+
+def _cassette(value: Any) -> CassetteSpec | None:
+    return None if value is None else CassetteSpec.from_value(value)
 
 
 def _raw(expanded: dict[str, Any], agents: Any) -> dict[str, Any]:

@@ -155,6 +155,11 @@ class AmplifierSession:
             raise ConfigError(msg)
         self.session_id = session_id or str(uuid.uuid4())
         self.parent_id = parent_id
+        self.lane = ROOT_LANE
+        """Where this session's calls go in a cassette (``docs/testing.md``): ``root`` for a
+        top-level session; a sub-agent's session is given its agent path (``root/<agent>``,
+        ``root/<agent>@<call id>`` when one batch starts that agent twice) by the spawner
+        (kernel/_agents), before it opens."""
         self.is_resumed = is_resumed
         self.coordinator = ModuleCoordinator(self, approval_system, display_system)
         self.coordinator.hooks.set_default_fields(session_id=self.session_id, parent_id=parent_id)
@@ -171,9 +176,6 @@ class AmplifierSession:
         self._services: ServiceGroup | None = None
         self._ready_hooks: list[tuple[str, Any]] = []
         # -- sub-agents (§14, kernel/_agents.py) --
-        self.lane = ROOT_LANE
-        """Which session of a delegation tree this is: ``root`` for a top-level one, a
-        child's ``{parent lane}/{agent}`` (cassettes record provider calls per lane)."""
         self.depth = 0
         """How many delegations below the root session this one is."""
         self.agent_name: str | None = None
@@ -281,6 +283,10 @@ class AmplifierSession:
                 for spec in specs:
                     await self._mount_entry(kind, spec)
             await self._mount_executors(plan)
+            if plan.cassette is not None:  # record / replay (DESIGN §16): wraps what is mounted
+                from ..testing.cassette import install_cassette  # noqa: PLC0415 - tests only
+
+                await install_cassette(self.coordinator, plan.cassette)
             await self._session_ready()
         except BaseException:
             await self._undo_mounts()
@@ -329,8 +335,10 @@ class AmplifierSession:
                 cleanup = await mount(self.coordinator)
         except SessionError:
             raise  # the session used the wrong way (a service without `async with`): the host's
-        except ConfigError:
-            raise  # a bad value in the plan: it names the module and the key already
+        except ConfigError as exc:
+            # A bad value in the plan stays a ConfigError (whichever module or key), and
+            # still says which plan entry it is.
+            raise ConfigError(f"{kind} {spec.module!r}: {exc}") from exc
         except Exception as exc:
             # Whatever the module raised, the caller learns which plan entry failed.
             raise ModuleLoadError(spec.module, describe(exc), kind=kind) from exc
@@ -738,6 +746,7 @@ def _mounted_objects(coordinator: ModuleCoordinator) -> dict[int, Any]:
 def _original(exc: BaseException) -> BaseException:
     """What a module's ``mount`` raised, when the session wrapped it to name the module."""
     wrapped = isinstance(exc, ModuleLoadError) and exc.kind != "module"
+    wrapped = wrapped or (isinstance(exc, ConfigError) and isinstance(exc.__cause__, ConfigError))
     return exc.__cause__ if wrapped and exc.__cause__ is not None else exc
 
 

@@ -148,6 +148,7 @@ _SESSION_KEYS = frozenset(
         "executor",
         "budget",
         "max_agent_depth",
+        "cassette",
         "injection_budget_per_turn",
         "injection_size_limit",
         "metadata",
