@@ -495,3 +495,31 @@ async def test_a_childs_turn_span_nests_under_the_parents_tool_span() -> None:
     assert {turns_parent.parent.span_id for turns_parent in turns if turns_parent is not root} == {
         t.context.span_id for t in tools.values()
     }  # each child under its own call's span
+
+
+async def test_a_reused_call_id_never_reuses_a_child(tmp_path: Path) -> None:
+    """Child ids come from the spawning call (so a cassette's replay gives the same ones),
+    yet a model that reuses call ids — in a later turn, or a later process — gets a new
+    child each time, never an old child's transcript."""
+    transcript = tmp_path / "sessions" / "p" / "context-messages.jsonl"
+    context = {"module": "context-persistent", "config": {"path": str(transcript)}}
+    histories: list[int] = []
+
+    def fresh(child: AmplifierSession) -> ScriptedProvider:
+        def reply(request: ChatRequest) -> ChatResponse:
+            histories.append(len(request.messages))
+            return answer("ok")
+
+        return ScriptedProvider(reply)
+
+    children = Children({"researcher": fresh})
+    for resumed in (False, True):  # a second process: the same session opened again
+        parent = ScriptedProvider(parent_reply(calls(task("researcher"))))  # call id c0
+        async with AmplifierSession(plan(context), session_id="p", is_resumed=resumed) as s:
+            s.child_setup.append(children)
+            await s.coordinator.mount("providers", parent, name="scripted")
+            await s.run("one")
+            await s.run("two")  # the same reply again: the same call id
+    ids = [child.session_id for child in children.sessions]
+    assert len(set(ids)) == 4
+    assert histories == [2, 2, 2, 2]  # system + instruction: every child started fresh

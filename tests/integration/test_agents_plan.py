@@ -311,3 +311,61 @@ async def test_dollars_from_pricing_flow_up_and_a_cost_budget_ends_the_turn() ->
     assert result.status.value == "incomplete"
     assert result.finish_reason == "budget"
     assert any("max_cost_usd: 4 reached (5 spent)" in p for p in result.problems)
+
+
+def twins_plan(tape: Path, mode: str, scripted: bool) -> dict[str, Any]:
+    """One reply starts the agent ``twin`` twice (different instructions), then answers."""
+
+    def script(*responses: dict[str, Any]) -> list[dict[str, Any]]:
+        return list(responses) if scripted else []  # replaying: a provider asked would fail
+
+    calls = [
+        {"id": f"t{i}", "name": "task", "arguments": {"agent": "twin", "instruction": text}}
+        for i, text in enumerate(("left", "right"))
+    ]
+    return {
+        "session": {
+            "orchestrator": "loop-basic",
+            "context": "context-simple",
+            "cassette": {"path": str(tape), "mode": mode},
+        },
+        "providers": [
+            {
+                "module": "provider-scripted",
+                "config": {
+                    "responses": script(
+                        {"tool_calls": calls}, {"content": [{"type": "text", "text": "both"}]}
+                    )
+                },
+            }
+        ],
+        "tools": [{"module": "tool-task"}],
+        "agents": {
+            "twin": {
+                "description": "Says its side.",
+                "providers": [
+                    {
+                        "module": "provider-scripted",
+                        "config": {
+                            "responses": script({"content": [{"type": "text", "text": "ok"}]})
+                        },
+                    }
+                ],
+            }
+        },
+    }
+
+
+async def test_one_agent_started_twice_in_a_batch_records_two_lanes_and_replays(
+    tmp_path: Path,
+) -> None:
+    tape = tmp_path / "tape.jsonl"
+    async with AmplifierSession(twins_plan(tape, "record", scripted=True)) as session:
+        recorded = await session.run("go")
+    records = [json.loads(line) for line in tape.read_text().splitlines()]
+    lanes = sorted({record["lane"] for record in records if "lane" in record})  # a header too
+    assert lanes == ["root", "root/twin@t0", "root/twin@t1"]
+    async with AmplifierSession(twins_plan(tape, "replay", scripted=False)) as session:
+        replayed = await session.run("go")
+    assert recorded.text == replayed.text == "both"
+    assert replayed.status.value == "success"

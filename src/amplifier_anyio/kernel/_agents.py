@@ -37,6 +37,7 @@ resumed from the history kept in memory when it ended.
 from __future__ import annotations
 
 import copy
+import hashlib
 import inspect
 import json
 import logging
@@ -56,6 +57,7 @@ from ..models import unstructure
 from ._budget import Budget
 from ._handle import current_turn
 from ._mount_plan import MountPlan
+from ._tracing import current_tool_call
 
 if TYPE_CHECKING:
     from ._handle import TurnHandle
@@ -408,6 +410,7 @@ class Delegation:
     def __init__(self, session: Any) -> None:
         self.session = session
         self._children: dict[str, _Child] = {}
+        self._named: set[str] = set()  # ids new_child_id handed out
 
     def register(self) -> None:
         """Offer the four capabilities on the session's coordinator."""
@@ -416,6 +419,7 @@ class Delegation:
         coordinator.register_capability("agents.get", self.get_agent)
         coordinator.register_capability("session.spawn", self.spawn)
         coordinator.register_capability("session.resume", self.resume)
+        coordinator.register_capability("session.new_child_id", self.new_child_id)
 
     @property
     def agents(self) -> dict[str, dict[str, Any]]:
@@ -533,6 +537,34 @@ class Delegation:
         )
         return self._answer(sub_session_id, result, child.coordinator.turn.budget.cost_usd)
 
+    async def new_child_id(self, *, agent_name: str) -> str:
+        """An id for a new child, ``{parent}-{span}_{agent}`` (capability
+        ``session.new_child_id``; ours, tool-task asks it).
+
+        Inside a tool call the span is derived from the call (its lane, id and agent), so
+        a recorded reply gives the same ids on replay (a cassette masks the parent's
+        UUID); it is never one this session used, nor one whose transcript exists (a
+        model that reuses call ids, a later process). Outside a tool call it is random.
+        """
+        parent = self.session.session_id
+        call = current_tool_call()
+        if call is None:
+            await anyio.lowlevel.checkpoint()
+            return f"{parent}-{uuid.uuid4().hex[:16]}_{agent_name}"
+        agent = self.agents.get(agent_name, {})
+        lane = getattr(self.session, "lane", ROOT_LANE)
+        for attempt in range(1_000):
+            seed = f"{lane}\0{call.tool_call_id}\0{agent_name}\0{attempt}".encode()
+            child_id = f"{parent}-{hashlib.blake2b(seed, digest_size=8).hexdigest()}_{agent_name}"
+            if child_id in self._named or child_id in self._children:
+                continue
+            transcript = child_transcript_path(merge_overlay(self.session.config, agent), child_id)
+            if transcript is not None and await anyio.Path(transcript).exists():
+                continue
+            self._named.add(child_id)
+            return child_id
+        return f"{parent}-{uuid.uuid4().hex[:16]}_{agent_name}"  # pragma: no cover
+
     # -- the parts -----------------------------------------------------------------------
 
     def _check_depth(self, parent: Any, agent_name: str) -> None:
@@ -572,7 +604,7 @@ class Delegation:
             is_resumed=resumed,
             strict=getattr(parent, "strict", False),
         )
-        child.lane = f"{getattr(parent, 'lane', ROOT_LANE)}/{agent_name}"
+        child.lane = _lane(getattr(parent, "lane", ROOT_LANE), agent_name)
         child.depth = int(getattr(parent, "depth", 0)) + 1
         child.agent_name = agent_name
         child.child_setup = getattr(parent, "child_setup", [])  # shared: grandchildren too
@@ -654,6 +686,32 @@ def _parent_turn(parent: Any) -> TurnHandle | None:
         return handle
     turn: TurnHandle = parent.coordinator.turn
     return None if turn.done else turn
+
+
+def _lane(parent: str, agent: str) -> str:
+    """A child's lane: ``{parent}/{agent}``, or ``{parent}/{agent}@{call id}`` when the
+    spawning call's batch starts (or resumes) that agent more than once — the call ids come
+    from the model's reply, so the lanes are the same on every replay of it."""
+    lane = f"{parent}/{agent}"
+    call = current_tool_call()
+    if call is None:
+        return lane
+    same = 0
+    for sibling in call.batch:
+        if getattr(sibling, "name", None) != call.tool_name:
+            continue
+        arguments = getattr(sibling, "arguments", None)
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                continue
+        if not isinstance(arguments, Mapping):
+            continue
+        resumed = str(arguments.get("session_id") or "")
+        if arguments.get("agent") == agent or resumed.endswith(f"_{agent}"):
+            same += 1
+    return f"{lane}@{call.tool_call_id}" if same > 1 else lane
 
 
 def _metadata(parent: Any, child: Any) -> dict[str, Any]:

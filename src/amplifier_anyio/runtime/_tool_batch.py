@@ -468,6 +468,7 @@ class ToolBatch:
             trace_id=self._trace_id,
             idempotency_key=key,
             approved=call.id in self.approved,
+            batch=self.calls,
         )
 
     def _elsewhere(

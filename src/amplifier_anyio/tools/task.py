@@ -158,6 +158,16 @@ class TaskTool:
         messages = await self._parent_messages(inherit, turns)
         return await self._delegate(agent, instruction, None, {"parent_messages": messages})
 
+    async def _new_id(self, agent: str) -> str:
+        """The new child's id: the session's (``session.new_child_id``: the same ids on a
+        cassette's replay), else upstream's random ``{parent}-{span}_{agent}``."""
+        make = self.coordinator.get_capability("session.new_child_id")
+        if make is not None:
+            child_id: str = await make(agent_name=agent)
+            return child_id
+        await anyio.lowlevel.checkpoint()
+        return f"{self.coordinator.session_id}-{uuid.uuid4().hex[:16]}_{agent}"
+
     async def _parent_messages(self, inherit: str, turns: int) -> list[dict[str, Any]] | None:
         if inherit == "none":
             await anyio.lowlevel.checkpoint()
@@ -171,12 +181,12 @@ class TaskTool:
     ) -> ToolResult:
         coordinator = self.coordinator
         parent_id = coordinator.session_id
-        child_id = resume_id or f"{parent_id}-{uuid.uuid4().hex[:16]}_{agent}"
         capability = "session.resume" if resume_id else "session.spawn"
         run = coordinator.get_capability(capability)
         if run is None:
             await anyio.lowlevel.checkpoint()
             return _failure(f"{capability} is not available: the plan has no agents")
+        child_id = resume_id or await self._new_id(str(agent))
         call = current_tool_call()
         started: dict[str, Any] = {
             "agent": agent,
