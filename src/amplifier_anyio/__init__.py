@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         CassetteMismatchError,
         ConfigError,
         ContextWriteError,
+        DelegationError,
         LLMError,
         ModuleLoadError,
         ModuleNotFoundError,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
         TurnStatus,
         current_tool_call,
         current_trace_id,
+        current_turn,
         validate_plan,
     )
     from .models import (
@@ -71,6 +73,7 @@ _LAZY: dict[str, str] = {
     "CassetteMismatchError": "errors",
     "ConfigError": "errors",
     "ContextWriteError": "errors",
+    "DelegationError": "errors",
     "LLMError": "errors",
     "ModuleLoadError": "errors",
     "ModuleNotFoundError": "errors",
@@ -94,6 +97,7 @@ _LAZY: dict[str, str] = {
     "TurnStatus": "kernel",
     "current_tool_call": "kernel",
     "current_trace_id": "kernel",
+    "current_turn": "kernel",
     "validate_plan": "kernel",
     "ChatRequest": "models",
     "ChatResponse": "models",
@@ -137,6 +141,7 @@ __all__ = (
     "ToolCallContext",
     "current_tool_call",
     "current_trace_id",
+    "current_turn",
     # tools
     "Claims",
     # models
@@ -159,6 +164,7 @@ __all__ = (
     "ApprovalDeferred",
     "ValidationError",
     "SessionError",
+    "DelegationError",
     "ModuleNotFoundError",
     "ModuleLoadError",
     "LLMError",

@@ -17,6 +17,7 @@ AmplifierError
 ├── ApprovalTimeoutError .............. an approval system gave no answer in time
 ├── ApprovalDeferred .................. a tool call put on hold until someone approves it
 ├── SessionError (+ RuntimeError) ..... a session used in the wrong state
+├── DelegationError (+ ValueError) .... a sub-agent that cannot be spawned or resumed
 ├── MCPServerError .................... an MCP server (tool-mcp) could not be started
 ├── OrchestrationError ................ a lifecycle orchestration failed (stage, context, cause)
 ├── CassetteMismatchError ............. a replayed run asked what its recording did not
@@ -70,6 +71,7 @@ __all__ = (
     "InjectionTooLargeError",
     "ApprovalTimeoutError",
     "SessionError",
+    "DelegationError",
     "MCPServerError",
     "OrchestrationError",
     "CassetteMismatchError",
@@ -202,6 +204,12 @@ class ContextWriteError(AmplifierError):
 
 class SessionError(AmplifierError, RuntimeError):
     """A session was used in a state that does not allow the call."""
+
+
+class DelegationError(AmplifierError, ValueError):
+    """A sub-agent cannot be spawned or resumed (§14): an agent the plan does not have,
+    delegation deeper than ``session.max_agent_depth``, a sub-session id that names no
+    child of the session. tool-task answers it as the call's error result."""
 
 
 class MCPServerError(AmplifierError):

@@ -63,6 +63,9 @@ OUR_EVENTS = (
     "tool:selecting",
     "tool:selected",
     "tool:waiting",
+    "task:agent_spawned",
+    "task:agent_resumed",
+    "task:agent_completed",
     *(
         f"lifecycle:{stage}"
         for stage in (

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from ..errors import ConfigError
+from ..kernel._agents import agent_instruction, agents_of, merge_overlay
 from ..kernel._mount_plan import MountPlan
 from ._common import fail, load_plan_file, warn
 
@@ -115,6 +116,21 @@ def persistent_plan(base: MountPlan, path: Path) -> MountPlan:
     }
     context.update(module="context-persistent", config={**config, "path": str(path)})
     return MountPlan.from_dict(data)
+
+
+def agent_plan(plan: MountPlan, name: str) -> tuple[MountPlan, str | None]:
+    """``run --agent NAME``: the plan's agent NAME as the root session (its overlay merged
+    into the plan, as a sub-agent's would be) and its instruction; else one line, exit 2."""
+    agents = agents_of(plan.raw)
+    if name not in agents:
+        known = ", ".join(sorted(agents)) or "none"
+        raise fail(f"--agent {name}: the plan has no such agent (its agents: {known})")
+    agent = agents[name]
+    try:
+        merged = MountPlan.from_dict(merge_overlay(plan.raw, agent))
+    except ConfigError as exc:
+        raise fail(f"--agent {name}: {exc}") from None
+    return merged, agent_instruction(agent)
 
 
 def _positive_int(flag: str, value: str | None) -> int | None:

@@ -33,7 +33,13 @@ import typer
 
 from ..contexts.persistent import default_path, lock_path_for
 from ..errors import CassetteMismatchError
-from ..events import CONTENT_BLOCK_DELTA, CONTENT_BLOCK_START
+from ..events import (
+    CONTENT_BLOCK_DELTA,
+    CONTENT_BLOCK_START,
+    TASK_AGENT_COMPLETED,
+    TASK_AGENT_RESUMED,
+    TASK_AGENT_SPAWNED,
+)
 from ..kernel._mount_plan import MountPlan
 from ..kernel._session import AmplifierSession
 from ..kernel._turns import PendingApproval, TurnStatus
@@ -319,6 +325,8 @@ class _Repl:
             CONTENT_BLOCK_START, self._on_block_start, name="cli-chat-stream", inline=True
         )
         hooks.register(CONTENT_BLOCK_DELTA, self._on_delta, name="cli-chat-stream", inline=True)
+        _show_agents(session)
+        session.child_setup.append(_show_agents)  # and each sub-agent's own, indented
 
     def _banner(
         self, session: AmplifierSession, path: Path, history: list[dict[str, Any]], resumed: bool
@@ -490,6 +498,38 @@ class _Repl:
             say(f"error: /save {path}: {exc.strerror or exc}")
             return
         say(f"(saved {len(messages)} messages to {path})")
+
+
+def _show_agents(session: AmplifierSession) -> None:
+    """Sub-agent activity, one short line as each starts and ends, indented by depth:
+    ``  ↳ researcher started`` … ``  ↳ researcher done: success, 2 calls, 1 234 tokens``."""
+    indent = "  " * (session.depth + 1)
+    hooks = session.coordinator.hooks
+
+    def started(event: str, data: dict[str, Any]) -> HookResult:
+        agent = data.get("agent") or str(data.get("sub_session_id", "?")).rpartition("_")[2]
+        verb = "resumed" if event == TASK_AGENT_RESUMED else "started"
+        say(f"{indent}↳ {agent} {verb}")
+        return HookResult()
+
+    def completed(event: str, data: dict[str, Any]) -> HookResult:
+        agent = data.get("agent") or str(data.get("sub_session_id", "?")).rpartition("_")[2]
+        if data.get("error"):
+            say(f"{indent}↳ {agent} failed: {one_line(str(data['error']))}")
+            return HookResult()
+        usage = data.get("usage") or {}
+        tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
+        parts = [str(data.get("status", "?"))]
+        if data.get("turn_count") is not None:
+            parts.append(f"{data['turn_count']} calls")
+        if tokens:
+            parts.append(f"{tokens:,} tokens".replace(",", " "))
+        say(f"{indent}↳ {agent} done: {', '.join(parts)}")
+        return HookResult()
+
+    for event in (TASK_AGENT_SPAWNED, TASK_AGENT_RESUMED):
+        hooks.register(event, started, name="cli-chat-agents", inline=True)
+    hooks.register(TASK_AGENT_COMPLETED, completed, name="cli-chat-agents", inline=True)
 
 
 def transcript_markdown(messages: list[dict[str, Any]], session_id: str) -> str:

@@ -28,7 +28,7 @@ from ._common import (
     say,
     turn_json,
 )
-from ._plans import PlanOptions, build_plan, persistent_plan, read_prompt
+from ._plans import PlanOptions, agent_plan, build_plan, persistent_plan, read_prompt
 from ._stored import remember_plan, stored_plan
 
 __all__ = ("run_command", "add_system_prompt")
@@ -88,6 +88,14 @@ ReplayOption = Annotated[
         help="Answer every provider call from FILE (made by --record); no request is sent.",
     ),
 ]
+AgentOption = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        metavar="NAME",
+        help="Run the plan's agent NAME (its agents: section) as the session itself.",
+    ),
+]
 StrictOption = Annotated[
     bool, typer.Option("--strict", help="Refuse config keys a module does not declare.")
 ]
@@ -127,6 +135,7 @@ def run_command(
             "unless --plan says otherwise.",
         ),
     ] = None,
+    agent: AgentOption = None,
 ) -> None:
     """Run one turn and print the answer."""
     check_backend(backend)
@@ -157,6 +166,9 @@ def run_command(
             mount_plan = persistent_plan(mount_plan, resumed.path)
         text = read_prompt(prompt) if prompt is not None else None
         system_text = read_prompt(system) if system is not None else None
+        if agent is not None:
+            mount_plan, instruction = agent_plan(mount_plan, agent)
+            system_text = system_text if system_text is not None else instruction
         log = EventLog(events_jsonl) if events_jsonl is not None else None
         turn = _Turn(mount_plan, text, system=system_text, events=events, log=log, strict=strict)
         turn.plan_file = options.plan

@@ -4,7 +4,9 @@ A session is a directory ``<home>/projects/<slug>/sessions/<id>/`` holding
 ``context-messages.jsonl`` (context-persistent's file; ``<home>`` is ``$AMPLIFIER_HOME``,
 default ``~/.amplifier``; ``<slug>`` names the working directory). ``list`` shows the
 sessions of the working directory (``--all``: of every directory), newest first; ``show``
-prints one conversation; ``rm`` deletes one (asking first on a terminal; ``--yes`` does
+prints one conversation, then the tree of its sub-agent sessions (children persisted next
+to it by tool-task, each with a ``metadata.json`` naming its parent; ``docs/agents.md``);
+``rm`` deletes one (asking first on a terminal; ``--yes`` does
 not ask, and off a terminal is required). A session is named by its id or by an
 unambiguous prefix of it, in any project.
 
@@ -38,6 +40,7 @@ from ..contexts import _jsonl, _store
 from ..contexts.durable import approve, pending_approvals
 from ..contexts.persistent import CONTEXT_MESSAGES_FILENAME, amplifier_home, default_path
 from ..errors import ContextFileError, SessionError
+from ..kernel._agents import read_metadata
 from ..kernel._turns import PendingApproval
 from ._common import fail, one_line, out, say
 
@@ -53,6 +56,7 @@ __all__ = (
     "approve_command",
     "describe_message",
     "describe_pending",
+    "session_tree",
 )
 
 app = typer.Typer(
@@ -201,6 +205,14 @@ def show_command(
     if waiting:
         for line in describe_pending(waiting, info.session_id):
             say(line, console=out)
+    parent = (read_metadata(info.path) or {}).get("parent_id")
+    if parent:
+        say(f"sub-agent session of {parent}", console=out)
+    tree = session_tree(info)
+    if tree:
+        say("sub-agents:", console=out)
+        for line in tree:
+            say(line, console=out)
 
 
 @app.command("approve")
@@ -226,6 +238,36 @@ def approve_command(
             f"continue the turn with: amplifier-anyio run --resume {info.session_id} "
             f"(or chat --resume {info.session_id}, then /resume)"
         )
+
+
+def session_tree(info: SessionInfo) -> list[str]:
+    """The lines that draw the sub-agent sessions below ``info`` (read-only): each child
+    with its agent, messages and first prompt, its own children indented below it."""
+    children: dict[str, list[tuple[str, SessionInfo]]] = {}
+    directory = info.directory.parent
+    for child in sorted(directory.iterdir()) if directory.is_dir() else ():
+        metadata = read_metadata(child / CONTEXT_MESSAGES_FILENAME)
+        found = _info(child / CONTEXT_MESSAGES_FILENAME) if metadata else None
+        if metadata and found is not None and isinstance(metadata.get("parent_id"), str):
+            agent = str(metadata.get("agent_name") or "?")
+            children.setdefault(metadata["parent_id"], []).append((agent, found))
+    lines: list[str] = []
+    drawn = {info.session_id}  # metadata that loops (edited by hand) is drawn once
+
+    def draw(session_id: str, indent: str) -> None:
+        below = [(a, c) for a, c in children.get(session_id, []) if c.session_id not in drawn]
+        drawn.update(c.session_id for _, c in below)
+        for index, (agent, child) in enumerate(below):
+            last = index == len(below) - 1
+            branch, more = ("└─ ", "   ") if last else ("├─ ", "│  ")
+            title = child.title if len(child.title) <= 50 else child.title[:49] + "…"
+            lines.append(
+                f"{indent}{branch}{agent}  {child.session_id}  {child.messages} msgs  {title}"
+            )
+            draw(child.session_id, indent + more)
+
+    draw(info.session_id, "  ")
+    return lines
 
 
 def _pending(info: SessionInfo) -> list[PendingApproval]:

@@ -101,6 +101,9 @@ class ModuleCoordinator:
         self.tool_specs: dict[str, Any] = {}
         """Tool name → the plan entry ([`ModuleSpec`][amplifier_anyio.ModuleSpec]) that mounted
         it."""
+        self.provider_specs: dict[str, Any] = {}
+        """Provider name → the plan entry that mounted it (its ``pricing`` prices the budget's
+        dollars, §14)."""
         self.session_state: dict[str, Any] = {}
         """Free-form state modules share for the session's lifetime (amplifier-core's
         ``coordinator.session_state``; upstream orchestrators read ``goal`` from it)."""

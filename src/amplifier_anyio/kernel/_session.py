@@ -66,6 +66,7 @@ from ..events import (
     SESSION_START,
 )
 from ..interfaces import ApprovalSystem, DisplaySystem
+from ._agents import ROOT_LANE, ChildSetup, Delegation, SessionLimits, agents_of
 from ._coordinator import ModuleCoordinator
 from ._event_stream import TurnEventStream
 from ._foreign import module_scope
@@ -154,10 +155,11 @@ class AmplifierSession:
             raise ConfigError(msg)
         self.session_id = session_id or str(uuid.uuid4())
         self.parent_id = parent_id
-        self.lane = "root"
+        self.lane = ROOT_LANE
         """Where this session's calls go in a cassette (``docs/testing.md``): ``root`` for a
-        top-level session; a sub-agent's session is given its agent path (``root/<agent>``)
-        by whoever creates it, before it opens."""
+        top-level session; a sub-agent's session is given its agent path (``root/<agent>``,
+        ``root/<agent>@<call id>`` when one batch starts that agent twice) by the spawner
+        (kernel/_agents), before it opens."""
         self.is_resumed = is_resumed
         self.coordinator = ModuleCoordinator(self, approval_system, display_system)
         self.coordinator.hooks.set_default_fields(session_id=self.session_id, parent_id=parent_id)
@@ -173,6 +175,17 @@ class AmplifierSession:
         self._task_group: TaskGroup | None = None
         self._services: ServiceGroup | None = None
         self._ready_hooks: list[tuple[str, Any]] = []
+        # -- sub-agents (§14, kernel/_agents.py) --
+        self.depth = 0
+        """How many delegations below the root session this one is."""
+        self.agent_name: str | None = None
+        """The agent this session runs (None for a root session)."""
+        self.child_setup: list[ChildSetup] = []
+        """Called with each child session (and theirs) once it is opened, before its
+        turn: a host mounts in-process modules or registers hooks there."""
+        self.limits = SessionLimits()
+        """The plan's ``session.budget`` and ``session.max_agent_depth``."""
+        self._parent_turn: TurnHandle | None = None  # a child's: the turn it runs under
 
     @property
     def state(self) -> SessionState:
@@ -256,6 +269,9 @@ class AmplifierSession:
             plan = await anyio.to_thread.run_sync(MountPlan.from_file, self._plan_path)
             self.plan = plan
         await self._check_schemas(plan)
+        self.limits = SessionLimits.from_settings(plan.session_settings)
+        if agents_of(plan.raw):
+            Delegation(self).register()  # before the mounts: a module may look for them
         try:
             await self._mount_required("orchestrator", plan.orchestrator)
             await self._mount_required("context", plan.context)
@@ -284,7 +300,10 @@ class AmplifierSession:
     async def _check_schemas(self, plan: MountPlan) -> None:
         """Every schema problem of the plan before any module is mounted: unknown keys
         are warnings (errors when strict); errors come as one ConfigError listing all."""
-        report = await schema_problems(plan, self.loader, strict=self.strict)
+        # a sub-agent's agents were checked when its root session started
+        report = await schema_problems(
+            plan, self.loader, strict=self.strict, agents=self.depth == 0
+        )
         for warning in report.warnings:
             logger.warning("%s", warning)
         if report.errors:
@@ -336,11 +355,13 @@ class AmplifierSession:
                 self._ready_hooks.append((spec.module, method))
         if kind == "provider" and spec.instance_id:
             self._rename_provider(before, spec)
-        if kind == "tool":
-            tools = self.coordinator.get("tools")
-            for name, tool in tools.items():
-                if before.get(name) is not tool:
-                    self.coordinator.tool_specs[name] = spec
+        if kind in _MULTI_OF:  # which plan entry mounted each tool / provider
+            specs = (
+                self.coordinator.tool_specs if kind == "tool" else self.coordinator.provider_specs
+            )
+            for name, mounted in self.coordinator.get(_MULTI_OF[kind]).items():
+                if before.get(name) is not mounted:
+                    specs[name] = spec
 
     async def _mount_executors(self, plan: MountPlan) -> None:
         """Choose each tool's executor: its entry's ``executor``, else the session's.
@@ -507,7 +528,7 @@ class AmplifierSession:
         if self._turn is not None:
             msg = "a turn is already running in this session"
             raise SessionError(msg)
-        self._turn = self.coordinator.accept_turn()
+        self._turn = self.coordinator.accept_turn(parent=self._parent_turn)
         return self._turn
 
     async def _run_accepted(
@@ -516,6 +537,7 @@ class AmplifierSession:
         try:
             if self._state is not SessionState.OPENED:  # mounted already: no lock to take
                 await self.initialize()
+            handle.budget.limits = self.limits.budget
             if not self._started:
                 await self._announce(handle)
             if approvals is None:

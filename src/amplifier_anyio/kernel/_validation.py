@@ -19,6 +19,7 @@ import attrs
 
 from ..config_schema import schema_of
 from ..errors import ConfigError, describe
+from ._agents import SessionLimits, agent_problems, agents_of, merge_overlay
 from ._coordinator import ModuleCoordinator
 from ._foreign import module_scope
 from ._loader import ModuleLoader
@@ -95,6 +96,9 @@ async def validate_plan(
             )
         for field, spec in _executor_specs(parsed):
             await _check_executor(field, spec, loader, coordinator, findings)
+        await _check_agents(
+            parsed, loader=loader, coordinator=coordinator, strict=strict, findings=findings
+        )
     finally:
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + _CLEANUP_SECONDS
@@ -107,12 +111,15 @@ async def validate_plan(
     return findings.report()
 
 
-async def schema_problems(plan: MountPlan, loader: ModuleLoader, *, strict: bool) -> PlanReport:
+async def schema_problems(
+    plan: MountPlan, loader: ModuleLoader, *, strict: bool, agents: bool = True
+) -> PlanReport:
     """The schema check alone, no mount: what a session runs before it mounts. A module
     that cannot be found is left to the mount (which honours ``optional``); an optional
-    module's problems are warnings."""
+    module's problems are warnings. ``agents=False`` skips the agents section (a
+    sub-agent's: its root session checked them when it started)."""
     findings = _Findings()
-    _check_plan(plan, strict, findings)
+    _check_plan(plan, strict, findings, agents=agents)
     for kind, spec in plan.all_modules():
         if spec.problem is not None:
             continue  # the mount reports it, honouring optional
@@ -139,6 +146,8 @@ _SESSION_KEYS = frozenset(
         "context",
         "context_source",
         "executor",
+        "budget",
+        "max_agent_depth",
         "cassette",
         "injection_budget_per_turn",
         "injection_size_limit",
@@ -177,11 +186,19 @@ def _unknown_keys(plan: MountPlan) -> list[str]:
     return found
 
 
-def _check_plan(plan: MountPlan, strict: bool, findings: _Findings) -> None:
+def _check_plan(plan: MountPlan, strict: bool, findings: _Findings, *, agents: bool = True) -> None:
     """Keys the plan's structure does not define (a typo such as ``confg:`` would silently
     drop a module's config), and what the plan asks for that is not supported:
     ``includes`` (bundles). Errors when ``strict``, warnings otherwise."""
     (findings.errors if strict else findings.warnings).extend(_unknown_keys(plan))
+    try:
+        SessionLimits.from_settings(plan.session_settings)
+    except ConfigError as exc:
+        findings.errors.append(str(exc))
+    if agents:
+        errors, warnings = agent_problems(plan, strict=strict)
+        findings.errors.extend(errors)
+        findings.warnings.extend(warnings)
     if plan.includes:
         listed = ", ".join(repr(i) for i in plan.includes)
         line = (
@@ -242,6 +259,35 @@ async def _check_module(
     point = _MOUNT_POINT_OF.get(kind)
     if point is not None and coordinator.get(point) is None:
         findings.errors.append(f"{label}: mounted nothing at {point!r}")
+
+
+async def _check_agents(
+    plan: MountPlan,
+    *,
+    loader: ModuleLoader,
+    coordinator: ModuleCoordinator,
+    strict: bool,
+    findings: _Findings,
+) -> None:
+    """Each agent's own modules (those its overlay adds or changes) found, their config
+    checked and mounted offline, every line naming the agent. A child plan that does
+    not parse was reported by `_check_plan` already."""
+    parent = set(map(repr, plan.all_modules()))
+    for name, agent in agents_of(plan.raw).items():
+        try:
+            child = MountPlan.from_dict(merge_overlay(plan.raw, agent))
+        except ConfigError:
+            continue
+        found = _Findings()
+        for kind, spec in child.all_modules():
+            if repr((kind, spec)) in parent:
+                continue  # the parent's own entry, checked above
+            await _check_module(
+                kind, spec, loader=loader, coordinator=coordinator, strict=strict, findings=found
+            )
+        findings.errors.extend(f"agents.{name}: {line}" for line in found.errors)
+        findings.warnings.extend(f"agents.{name}: {line}" for line in found.warnings)
+        findings.modules.extend(f"agents.{name}: {line}" for line in found.modules)
 
 
 def _executor_specs(plan: MountPlan) -> list[tuple[str, ModuleSpec]]:

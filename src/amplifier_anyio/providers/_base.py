@@ -371,6 +371,7 @@ COMMON_SETTINGS: dict[str, Setting] = {
     "retry_max_delay": Setting(_NUM, "cap on one delay"),
     "retry_max_elapsed": Setting(_NUM, "no retry ends later than this"),
     "retry_jitter": Setting(_NUM, "random factor on each delay"),
+    "pricing": Setting((dict,), "dollars per million tokens, for session.budget.max_cost_usd"),
 }
 """The config keys both HTTP providers accept."""
 

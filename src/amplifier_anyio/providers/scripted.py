@@ -145,6 +145,7 @@ CONFIG_SCHEMA = ConfigSchema(
         "latency": Setting((float, list), "seconds before each answer (one, or one per reply)"),
         "name": Setting((str,), "the provider's mount name"),
         "priority": Setting((int,), "selection priority (lower first)"),
+        "pricing": Setting((dict,), "dollars per million tokens (session.budget.max_cost_usd)"),
     },
 )
 """The keys provider-scripted accepts."""

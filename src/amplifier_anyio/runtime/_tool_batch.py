@@ -211,6 +211,10 @@ class ToolBatch:
             raise failure
 
     async def _run_all(self) -> None:
+        handle = self.handle
+        if handle is not None and not handle.budget.charge_tool_calls(len(self.calls)):
+            # over the budget (kernel/_budget): the turn that ran out was cancelled just now
+            await anyio.lowlevel.checkpoint_if_cancelled()
         if self.config.parallel and len(self.calls) > 1:
             await self._run_parallel()
         else:
@@ -467,6 +471,7 @@ class ToolBatch:
             trace_id=self._trace_id,
             idempotency_key=key,
             approved=call.id in self.approved,
+            batch=self.calls,
         )
 
     def _elsewhere(

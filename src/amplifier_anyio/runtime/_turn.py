@@ -49,7 +49,9 @@ from ..events import (
     PROVIDER_RESPONSE,
     PROVIDER_TOOL_SEQUENCE_REPAIRED,
 )
+from ..kernel._budget import BUDGET_FINISH_REASON, cost_of
 from ..kernel._foreign import chat_response_of
+from ..kernel._handle import turn_scope
 from ..kernel._tracing import trace_scope
 from ..kernel._turns import PendingApproval, TurnResult, TurnStatus
 from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
@@ -170,7 +172,7 @@ class Turn:
             text=self.text,
             status=self.status,
             turn_count=self.iterations,
-            usage=self.usage,
+            usage=self.usage + self.handle.budget.below,  # with what sub-agents spent
             error=self.error,
             trace_id=self.trace_id,
             finish_reason=self.finish_reason,
@@ -182,7 +184,7 @@ class Turn:
         """Run the turn to its end; the host's own cancellation propagates (after the
         terminal events), every other ending is in the result."""
         deadline = self.handle.start(self.config.turn_timeout)
-        with trace_scope(self.trace_id):
+        with trace_scope(self.trace_id), turn_scope(self.handle):
             try:
                 with anyio.CancelScope(deadline=deadline) as scope, self.bind_scope(scope):
                     start: dict[str, Any] = {"prompt": self.prompt}
@@ -200,6 +202,10 @@ class Turn:
             else:
                 if scope.cancelled_caught:
                     self.status = TurnStatus.CANCELLED
+            if self.status is TurnStatus.CANCELLED and self.handle.budget.exhausted is not None:
+                # this turn's own budget ran out (_budget): not a cancel someone asked for
+                self.status, self.finish_reason = TurnStatus.INCOMPLETE, BUDGET_FINISH_REASON
+                self.problems.append(f"budget: {self.handle.budget.exhausted}")
             await self._finish()
         return self.result()
 
@@ -359,6 +365,7 @@ class Turn:
             raise
         if response.usage is not None:
             self.usage = self.usage + response.usage
+            self.handle.budget.charge_usage(response.usage, self._cost(response.usage))
         self.finish_reason = response.finish_reason
         if self.hooks.has_handlers(LLM_RESPONSE):
             await self.hooks.emit(LLM_RESPONSE, llm_response_payload(self.provider_name, response))
@@ -375,6 +382,11 @@ class Turn:
             },
         )
         return response
+
+    def _cost(self, usage: Usage) -> float:
+        """The dollars of ``usage`` at its provider's plan-entry ``pricing`` (0 without)."""
+        spec = self.coordinator.provider_specs.get(self.provider_name)
+        return cost_of(usage, spec.config.get("pricing")) if spec is not None else 0.0
 
     async def _request(
         self, provider: Provider, *, with_tools: bool, reminder: bool
