@@ -303,12 +303,14 @@ def error_from_payload(
     status_code: int | None = None,
     retry_after: float | None = None,
     note: str = "",
+    event: bool = False,
 ) -> LLMError:
     """Map an error body (an HTTP error response or an error event inside a stream);
-    ``note`` ends the message (where the request went, what to change)."""
+    ``note`` ends the message (where the request went, what to change). ``event``: the
+    body came in an answer, and ``status_code`` is the status its code stands for."""
     message, kind, code = _error_fields(body)
     cls, retryable = _classify(status_code, message, kind, code)
-    where = f"HTTP {status_code}" if status_code is not None else "an error event"
+    where = "an error event" if event or status_code is None else f"HTTP {status_code}"
     detail = message or kind or code or "no details"
     text = f"{provider} returned {where}: {detail[:_MAX_MESSAGE]}"
     if note:

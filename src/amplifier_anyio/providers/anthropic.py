@@ -243,7 +243,8 @@ class AnthropicProvider(HTTPProvider):
             "POST", "messages", json_body=payload, model=payload["model"], timeout=request.timeout
         )
         with malformed_guard(self._name, payload["model"], "a message"):
-            return parse_message(body)
+            response = parse_message(body)
+        return self.priced(response, payload["model"])
 
     def _decode_stream(
         self, sse: AsyncIterator[SSEEvent], model: str
