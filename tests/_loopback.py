@@ -4,7 +4,8 @@
 (``server.url``). Each request is read (headers and a ``content-length`` body), given to
 ``handler(request)``, and answered with the `Reply` it returns: after ``delay`` seconds
 the status line, then a JSON body, or server-sent events (``events``, ``gap`` seconds
-apart; ``cut`` closes the connection before the last one). Every reply closes its
+apart; ``cut`` closes the connection before the last one; ``drop`` sends nothing at
+all). Every reply closes its
 connection (``Connection: close``).
 
 The server watches each connection while it answers: a client that closes it early (a
@@ -56,6 +57,8 @@ class Reply:
     delay: float = 0.0
     gap: float = 0.0
     cut: bool = False
+    drop: bool = False
+    """Close the connection after ``delay`` without answering."""
     headers: dict[str, str] = attrs.field(factory=dict)
 
 
@@ -67,6 +70,22 @@ class Loopback:
     url: str
     requests: list[Request] = attrs.field(factory=list)
     open_connections: int = 0
+    _idle: anyio.Event = attrs.field(factory=anyio.Event)
+
+    def opened(self) -> None:
+        if not self.open_connections:
+            self._idle = anyio.Event()
+        self.open_connections += 1
+
+    def closed(self) -> None:
+        self.open_connections -= 1
+        if not self.open_connections:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Until no connection is open."""
+        if self.open_connections:
+            await self._idle.wait()
 
 
 def sse_event(data: Any, event: str | None = None) -> bytes:
@@ -94,6 +113,8 @@ async def _read_request(stream: SocketStream, number: int) -> Request | None:
 
 async def _write_reply(stream: SocketStream, reply: Reply, request: Request) -> None:
     await anyio.sleep(reply.delay)
+    if reply.drop:
+        return
     headers = {"connection": "close", **reply.headers}
     if reply.events:
         headers["content-type"] = "text/event-stream"
@@ -126,7 +147,7 @@ async def open_loopback(handler: Handler) -> AsyncIterator[Loopback]:
     server = Loopback(url=f"http://127.0.0.1:{port}")
 
     async def serve(stream: SocketStream) -> None:
-        server.open_connections += 1
+        server.opened()
         try:
             async with stream:
                 request = await _read_request(stream, len(server.requests))
@@ -150,7 +171,7 @@ async def open_loopback(handler: Handler) -> AsyncIterator[Loopback]:
                         request.disconnected.set()
                     tg.cancel_scope.cancel()
         finally:
-            server.open_connections -= 1
+            server.closed()
 
     async with listener, anyio.create_task_group() as tg:
         tg.start_soon(listener.serve, serve)

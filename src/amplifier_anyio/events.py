@@ -5,7 +5,8 @@ Every name of upstream Amplifier's ``ALL_EVENTS`` (same strings, same order), fo
 the events amplifier_anyio adds: ``session:config`` (upstream emits it but does not list it),
 the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``, the tool batch's
 ``tool:waiting`` (a call waits for an earlier call whose claims conflict with its own; see
-``docs/concurrency.md``), and loop-lifecycle's
+``docs/concurrency.md``), the provider policy's ``provider:failover`` / ``provider:hedge`` /
+``provider:hedge_settled`` (see ``docs/providers.md``), and loop-lifecycle's
 stage events ``lifecycle:<stage>`` (`LIFECYCLE_EVENTS`). Names follow
 ``namespace:action[:detail]`` in lower case; each constant is the upper snake case of its
 string.
@@ -70,6 +71,9 @@ __all__ = (
     "TOOL_SELECTING",
     "TOOL_SELECTED",
     "TOOL_WAITING",
+    "PROVIDER_FAILOVER",
+    "PROVIDER_HEDGE",
+    "PROVIDER_HEDGE_SETTLED",
     "LIFECYCLE_INITIALIZE",
     "LIFECYCLE_PLAN",
     "LIFECYCLE_ROUTE",
@@ -131,6 +135,9 @@ SESSION_CONFIG: Final = "session:config"
 TOOL_SELECTING: Final = "tool:selecting"
 TOOL_SELECTED: Final = "tool:selected"
 TOOL_WAITING: Final = "tool:waiting"
+PROVIDER_FAILOVER: Final = "provider:failover"
+PROVIDER_HEDGE: Final = "provider:hedge"
+PROVIDER_HEDGE_SETTLED: Final = "provider:hedge_settled"
 LIFECYCLE_INITIALIZE: Final = "lifecycle:initialize"
 LIFECYCLE_PLAN: Final = "lifecycle:plan"
 LIFECYCLE_ROUTE: Final = "lifecycle:route"
@@ -200,6 +207,9 @@ ALL_EVENTS: Final[tuple[str, ...]] = (
     TOOL_SELECTING,
     TOOL_SELECTED,
     TOOL_WAITING,
+    PROVIDER_FAILOVER,
+    PROVIDER_HEDGE,
+    PROVIDER_HEDGE_SETTLED,
     *LIFECYCLE_EVENTS,
 )
 """Every canonical event name, upstream's first, in upstream's order."""

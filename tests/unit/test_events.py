@@ -63,6 +63,9 @@ OUR_EVENTS = (
     "tool:selecting",
     "tool:selected",
     "tool:waiting",
+    "provider:failover",
+    "provider:hedge",
+    "provider:hedge_settled",
     *(
         f"lifecycle:{stage}"
         for stage in (

@@ -270,6 +270,8 @@ class AmplifierSession:
                 for spec in specs:
                     await self._mount_entry(kind, spec)
             await self._mount_executors(plan)
+            if plan.providers_policy is not None:  # failover and hedging (runtime/_race)
+                self.coordinator.register_capability("providers_policy", plan.providers_policy)
             if plan.cassette is not None:  # record / replay (DESIGN §16): wraps what is mounted
                 from ..testing.cassette import install_cassette  # noqa: PLC0415 - tests only
 

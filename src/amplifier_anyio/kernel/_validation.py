@@ -140,6 +140,7 @@ _SESSION_KEYS = frozenset(
         "context_source",
         "executor",
         "cassette",
+        "providers_policy",
         "injection_budget_per_turn",
         "injection_size_limit",
         "metadata",

@@ -54,6 +54,7 @@ from ..kernel._tracing import trace_scope
 from ..kernel._turns import PendingApproval, TurnResult, TurnStatus
 from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
 from ..models._validators import number
+from ._race import PROVIDERS_POLICY, call_with_policy
 from ._requests import (
     LOOP_LIMIT_REMINDER,
     assistant_message,
@@ -399,6 +400,9 @@ class Turn:
     async def _complete(
         self, provider: Provider, request: ChatRequest, kwargs: dict[str, Any]
     ) -> ChatResponse:
+        policy = self.coordinator.get_capability(PROVIDERS_POLICY)
+        if policy is not None:  # failover and hedging: the call is a race (runtime/_race)
+            return await call_with_policy(self, policy, request, kwargs)
         stream = getattr(provider, "stream", None) if self.streaming else None
         if stream is None:
             response: Any = await provider.complete(request, **kwargs)
