@@ -6,7 +6,8 @@ the events amplifier_anyio adds: ``session:config`` (upstream emits it but does 
 the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``, the tool batch's
 ``tool:waiting`` (a call waits for an earlier call whose claims conflict with its own; see
 ``docs/concurrency.md``), the provider policy's ``provider:failover`` / ``provider:hedge`` /
-``provider:hedge_settled`` (see ``docs/providers.md``), and loop-lifecycle's
+``provider:hedge_settled`` and the prompt-cache report ``provider:cache`` (see
+``docs/providers.md``), and loop-lifecycle's
 stage events ``lifecycle:<stage>`` (`LIFECYCLE_EVENTS`). Names follow
 ``namespace:action[:detail]`` in lower case; each constant is the upper snake case of its
 string.
@@ -74,6 +75,7 @@ __all__ = (
     "PROVIDER_FAILOVER",
     "PROVIDER_HEDGE",
     "PROVIDER_HEDGE_SETTLED",
+    "PROVIDER_CACHE",
     "LIFECYCLE_INITIALIZE",
     "LIFECYCLE_PLAN",
     "LIFECYCLE_ROUTE",
@@ -138,6 +140,7 @@ TOOL_WAITING: Final = "tool:waiting"
 PROVIDER_FAILOVER: Final = "provider:failover"
 PROVIDER_HEDGE: Final = "provider:hedge"
 PROVIDER_HEDGE_SETTLED: Final = "provider:hedge_settled"
+PROVIDER_CACHE: Final = "provider:cache"
 LIFECYCLE_INITIALIZE: Final = "lifecycle:initialize"
 LIFECYCLE_PLAN: Final = "lifecycle:plan"
 LIFECYCLE_ROUTE: Final = "lifecycle:route"
@@ -210,6 +213,7 @@ ALL_EVENTS: Final[tuple[str, ...]] = (
     PROVIDER_FAILOVER,
     PROVIDER_HEDGE,
     PROVIDER_HEDGE_SETTLED,
+    PROVIDER_CACHE,
     *LIFECYCLE_EVENTS,
 )
 """Every canonical event name, upstream's first, in upstream's order."""

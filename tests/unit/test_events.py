@@ -66,6 +66,7 @@ OUR_EVENTS = (
     "provider:failover",
     "provider:hedge",
     "provider:hedge_settled",
+    "provider:cache",
     *(
         f"lifecycle:{stage}"
         for stage in (

@@ -44,6 +44,7 @@ from ..events import (
     ORCHESTRATOR_COMPLETE,
     PROMPT_COMPLETE,
     PROMPT_SUBMIT,
+    PROVIDER_CACHE,
     PROVIDER_ERROR,
     PROVIDER_REQUEST,
     PROVIDER_RESPONSE,
@@ -54,6 +55,7 @@ from ..kernel._tracing import trace_scope
 from ..kernel._turns import PendingApproval, TurnResult, TurnStatus
 from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
 from ..models._validators import number
+from ._prompt_cache import report_cache
 from ._race import PROVIDERS_POLICY, call_with_policy
 from ._requests import (
     LOOP_LIMIT_REMINDER,
@@ -360,6 +362,8 @@ class Turn:
             raise
         if response.usage is not None:
             self.usage = self.usage + response.usage
+        if self.hooks.has_handlers(PROVIDER_CACHE):  # which part of the prompt prefix changed
+            await report_cache(self, request, response, module=provider)
         self.finish_reason = response.finish_reason
         if self.hooks.has_handlers(LLM_RESPONSE):
             await self.hooks.emit(LLM_RESPONSE, llm_response_payload(self.provider_name, response))
