@@ -433,14 +433,10 @@ class _StreamState:
         index = self.ours.get(output_index)
         if not delta or index is None:
             return []
-        return [
-            {
-                "type": "content_block:delta",
-                "index": index,
-                "block_type": block_type,
-                "delta": delta,
-            }
-        ]
+        event = {"type": "content_block:delta", "index": index, "block_type": block_type}
+        if block_type == "tool_call":  # the call it builds, for a UI that shows it forming
+            event["id"] = self.items[output_index].get("call_id", "")
+        return [{**event, "delta": delta}]
 
     def _done(self, output_index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
         if output_index not in self.ours:

@@ -664,14 +664,15 @@ class _StreamState:
             self.json_parts.setdefault(index, []).append(part)
             if part:
                 kind = str(self.blocks[index].get("type"))
-                return [
-                    {
-                        "type": "content_block:delta",
-                        "index": index,
-                        "block_type": _KINDS.get(kind, kind),
-                        "delta": part,
-                    }
-                ]
+                event = {
+                    "type": "content_block:delta",
+                    "index": index,
+                    "block_type": _KINDS.get(kind, kind),
+                    "delta": part,
+                }
+                if kind == "tool_use":  # the call it builds, for a UI that shows it forming
+                    event["id"] = self.blocks[index].get("id", "")
+                return [event]
         return []
 
     def _part(self, index: int, field: str, text: Any) -> None:

@@ -760,6 +760,7 @@ class _StreamState:
                     "type": "content_block:delta",
                     "index": index,
                     "block_type": "tool_call",
+                    "id": block["id"],
                     "delta": function["arguments"],
                 }
             )
