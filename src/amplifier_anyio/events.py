@@ -6,8 +6,10 @@ the events amplifier_anyio adds: ``session:config`` (upstream emits it but does 
 the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``, the tool batch's
 ``tool:waiting`` (a call waits for an earlier call whose claims conflict with its own; see
 ``docs/concurrency.md``), tool-task's ``task:agent_spawned`` / ``task:agent_resumed`` /
-``task:agent_completed`` (upstream's tool-task emits them too; ``docs/agents.md``), and
-loop-lifecycle's
+``task:agent_completed`` (upstream's tool-task emits them too; ``docs/agents.md``),
+the provider policy's ``provider:failover`` / ``provider:hedge`` /
+``provider:hedge_settled`` and the prompt-cache report ``provider:cache`` (see
+``docs/providers.md``), and loop-lifecycle's
 stage events ``lifecycle:<stage>`` (`LIFECYCLE_EVENTS`). Names follow
 ``namespace:action[:detail]`` in lower case; each constant is the upper snake case of its
 string.
@@ -75,6 +77,10 @@ __all__ = (
     "TASK_AGENT_SPAWNED",
     "TASK_AGENT_RESUMED",
     "TASK_AGENT_COMPLETED",
+    "PROVIDER_FAILOVER",
+    "PROVIDER_HEDGE",
+    "PROVIDER_HEDGE_SETTLED",
+    "PROVIDER_CACHE",
     "LIFECYCLE_INITIALIZE",
     "LIFECYCLE_PLAN",
     "LIFECYCLE_ROUTE",
@@ -139,6 +145,10 @@ TOOL_WAITING: Final = "tool:waiting"
 TASK_AGENT_SPAWNED: Final = "task:agent_spawned"
 TASK_AGENT_RESUMED: Final = "task:agent_resumed"
 TASK_AGENT_COMPLETED: Final = "task:agent_completed"
+PROVIDER_FAILOVER: Final = "provider:failover"
+PROVIDER_HEDGE: Final = "provider:hedge"
+PROVIDER_HEDGE_SETTLED: Final = "provider:hedge_settled"
+PROVIDER_CACHE: Final = "provider:cache"
 LIFECYCLE_INITIALIZE: Final = "lifecycle:initialize"
 LIFECYCLE_PLAN: Final = "lifecycle:plan"
 LIFECYCLE_ROUTE: Final = "lifecycle:route"
@@ -211,6 +221,10 @@ ALL_EVENTS: Final[tuple[str, ...]] = (
     TASK_AGENT_SPAWNED,
     TASK_AGENT_RESUMED,
     TASK_AGENT_COMPLETED,
+    PROVIDER_FAILOVER,
+    PROVIDER_HEDGE,
+    PROVIDER_HEDGE_SETTLED,
+    PROVIDER_CACHE,
     *LIFECYCLE_EVENTS,
 )
 """Every canonical event name, upstream's first, in upstream's order."""

@@ -66,6 +66,10 @@ OUR_EVENTS = (
     "task:agent_spawned",
     "task:agent_resumed",
     "task:agent_completed",
+    "provider:failover",
+    "provider:hedge",
+    "provider:hedge_settled",
+    "provider:cache",
     *(
         f"lifecycle:{stage}"
         for stage in (

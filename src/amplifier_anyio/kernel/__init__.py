@@ -11,7 +11,15 @@ from ._foreign import chat_response_of, hook_result_of, tool_result_of
 from ._handle import TurnHandle, TurnHandleStatistics, TurnPhase, current_turn, turn_scope
 from ._hooks import Handler, HookAnswer, HookRegistry, HookRegistryStatistics
 from ._loader import ENTRY_POINT_GROUP, ModuleLoader, package_name
-from ._mount_plan import CASSETTE_MODES, CassetteSpec, ModuleSpec, MountPlan, expand_variables
+from ._mount_plan import (
+    CASSETTE_MODES,
+    FAILOVER_CONDITIONS,
+    CassetteSpec,
+    ModuleSpec,
+    MountPlan,
+    ProvidersPolicy,
+    expand_variables,
+)
 from ._services import ServiceFunction, ServiceState, ServiceStatistics
 from ._session import AmplifierSession, SessionState, SessionStatus
 from ._sources import GitSource, fetch_git_source
@@ -38,6 +46,8 @@ __all__ = (
     "ModuleSpec",
     "CassetteSpec",
     "CASSETTE_MODES",
+    "ProvidersPolicy",
+    "FAILOVER_CONDITIONS",
     "expand_variables",
     "validate_plan",
     "PlanReport",

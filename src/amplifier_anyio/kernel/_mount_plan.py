@@ -8,6 +8,7 @@ session:
   context: {module: context-simple, config: {max_tokens: 100000}}
   executor: {module: process, config: {}}   # where tool calls run (default: local)
   cassette: {path: run.jsonl, mode: auto, tools: false}   # record / replay (testing)
+  providers_policy: {fallback: [backup], on: [429, 5xx, timeout], hedge_after: 2.0}
 orchestrator: {config: {max_iterations: 10}}   # config for the string form
 providers: [{module: provider-openai, config: {model: gpt-4o}}]
 tools: [{module: tool-filesystem}]      # or {module, config, executor: local}
@@ -26,6 +27,7 @@ Every error is one line naming the field: ``providers[0].module: required``.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -35,9 +37,24 @@ from typing import Any, NoReturn
 
 import attrs
 
-from ..errors import ConfigError
+from ..errors import (
+    ConfigError,
+    LLMError,
+    LLMTimeoutError,
+    NetworkError,
+    ProviderUnavailableError,
+    StreamError,
+)
 
-__all__ = ("ModuleSpec", "MountPlan", "CassetteSpec", "CASSETTE_MODES", "expand_variables")
+__all__ = (
+    "ModuleSpec",
+    "MountPlan",
+    "CassetteSpec",
+    "CASSETTE_MODES",
+    "ProvidersPolicy",
+    "FAILOVER_CONDITIONS",
+    "expand_variables",
+)
 
 _SECTIONS = ("providers", "tools", "hooks")
 
@@ -126,6 +143,94 @@ class CassetteSpec:
         return {"path": self.path, "mode": self.mode, "tools": self.tools}
 
 
+FAILOVER_CONDITIONS = ("5xx", "timeout", "stream_cut", "network")
+"""The named conditions of ``session.providers_policy.on``; an HTTP status (``429``,
+``404``…) may be given too."""
+_DEFAULT_ON: tuple[str | int, ...] = (429, *FAILOVER_CONDITIONS)
+
+
+@attrs.frozen(kw_only=True)
+class ProvidersPolicy:
+    """``session.providers_policy``: what a provider call does when the provider fails or
+    is slow (``docs/providers.md``).
+
+    ``fallback``: the providers (mount names) tried after the turn's provider, in order.
+    ``on``: the failures that move to the next one — HTTP statuses (``429``), ``5xx``,
+    ``timeout``, ``stream_cut`` (a stream that broke, before or after its first token) and
+    ``network`` (no connection); the default is all of them. ``hedge_after``: seconds
+    after which, if the provider has produced nothing yet, the next one is asked too; the
+    first to answer wins and the other is cancelled. None: no hedging.
+    """
+
+    fallback: tuple[str, ...] = ()
+    on: tuple[str | int, ...] = _DEFAULT_ON
+    hedge_after: float | None = None
+
+    @classmethod
+    def from_value(cls, value: Any, field: str = "session.providers_policy") -> ProvidersPolicy:
+        """Parse the table; a bad value is a ConfigError naming the key."""
+        if not isinstance(value, Mapping):
+            _fail(field, f"expected a {{fallback, on, hedge_after}} table, got {_kind(value)}")
+        unknown = sorted(str(k) for k in value if k not in ("fallback", "on", "hedge_after"))
+        if unknown:
+            _fail(f"{field}.{unknown[0]}", "unknown key (expected fallback, on, hedge_after)")
+        fallback = value.get("fallback", [])
+        if isinstance(fallback, str):
+            fallback = [fallback]
+        if not isinstance(fallback, list) or not all(isinstance(f, str) and f for f in fallback):
+            _fail(f"{field}.fallback", "expected a list of provider names")
+        return cls(
+            fallback=tuple(fallback),
+            on=_conditions(value.get("on", list(_DEFAULT_ON)), f"{field}.on"),
+            hedge_after=_hedge_after(value.get("hedge_after"), f"{field}.hedge_after"),
+        )
+
+    def reason(self, exc: BaseException, *, partial: bool) -> str | None:
+        """The condition of ``on`` that ``exc`` meets (``partial``: the stream had already
+        produced tokens), or None: the failure is the call's."""
+        if not isinstance(exc, LLMError):
+            return None
+        status = exc.status_code
+        candidates: list[str | int] = []
+        if partial or (isinstance(exc, StreamError) and status is None):
+            candidates.append("stream_cut")
+        if isinstance(exc, LLMTimeoutError) or status == 408:
+            candidates.append("timeout")
+        if isinstance(exc, NetworkError):
+            candidates.append("network")
+        if status is not None:
+            candidates.append(status)
+            if status >= 500:
+                candidates.append("5xx")
+        elif isinstance(exc, ProviderUnavailableError):
+            candidates.append("5xx")
+        return next((str(c) for c in candidates if c in self.on), None)
+
+
+def _conditions(value: Any, field: str) -> tuple[str | int, ...]:
+    items = value if isinstance(value, list) else [value]
+    conditions: list[str | int] = []
+    for index, item in enumerate(items):
+        condition = int(item) if isinstance(item, str) and item.isdigit() else item
+        status = isinstance(condition, int) and not isinstance(condition, bool)
+        if (status and 400 <= condition <= 599) or condition in FAILOVER_CONDITIONS:
+            conditions.append(condition)
+        else:
+            known = ", ".join(FAILOVER_CONDITIONS)
+            problem = f"expected an HTTP status 400-599 or one of {known}, got {item!r}"
+            _fail(f"{field}[{index}]", problem)
+    return tuple(conditions)
+
+
+def _hedge_after(value: Any, field: str) -> float | None:
+    if value is None:
+        return None
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        _fail(field, f"expected a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
 @attrs.frozen(kw_only=True)
 class MountPlan:
     """A parsed, validated mount plan. ``raw`` is the plan as given (a dict)."""
@@ -143,6 +248,8 @@ class MountPlan:
     """The session's executor (``session.executor``); None: local."""
     cassette: CassetteSpec | None = None
     """The session's cassette (``session.cassette``); None: providers are called."""
+    providers_policy: ProvidersPolicy | None = None
+    """Failover and hedging (``session.providers_policy``); None: one provider per call."""
     raw: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
@@ -185,6 +292,7 @@ class MountPlan:
             includes=tuple(includes or ()),
             executor=_executor(session.get("executor"), "session.executor"),
             cassette=_cassette(session.get("cassette")),
+            providers_policy=_policy(session.get("providers_policy")),
             raw=_raw(expanded, agents if "agents" in data else None),
         )
 
@@ -418,6 +526,10 @@ def _executor(value: Any, field: str) -> ModuleSpec | None:
 
 def _cassette(value: Any) -> CassetteSpec | None:
     return None if value is None else CassetteSpec.from_value(value)
+
+
+def _policy(value: Any) -> ProvidersPolicy | None:
+    return None if value is None else ProvidersPolicy.from_value(value)
 
 
 def _raw(expanded: dict[str, Any], agents: Any) -> dict[str, Any]:

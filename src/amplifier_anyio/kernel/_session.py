@@ -40,6 +40,7 @@ import logging
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from decimal import Decimal
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -122,6 +123,8 @@ class SessionStatus:
     turns: int = 0
     total_input_tokens: int = 0
     total_output_tokens: int = 0
+    cost_usd: Decimal | None = None
+    """What the turns cost, where the providers had prices (``pricing``); None: unknown."""
     last_error: dict[str, Any] | None = None
 
 
@@ -283,6 +286,8 @@ class AmplifierSession:
                 for spec in specs:
                     await self._mount_entry(kind, spec)
             await self._mount_executors(plan)
+            if plan.providers_policy is not None:  # failover and hedging (runtime/_race)
+                self.coordinator.register_capability("providers_policy", plan.providers_policy)
             if plan.cassette is not None:  # record / replay (DESIGN §16): wraps what is mounted
                 from ..testing.cassette import install_cassette  # noqa: PLC0415 - tests only
 
@@ -700,6 +705,8 @@ class AmplifierSession:
         status.turns += 1
         status.total_input_tokens += result.usage.input_tokens
         status.total_output_tokens += result.usage.output_tokens
+        if result.usage.cost_usd is not None:
+            status.cost_usd = (status.cost_usd or Decimal(0)) + result.usage.cost_usd
         if result.error is not None:
             status.status = "failed"
             status.last_error = {"type": type(result.error).__name__, "message": str(result.error)}

@@ -149,6 +149,7 @@ _SESSION_KEYS = frozenset(
         "budget",
         "max_agent_depth",
         "cassette",
+        "providers_policy",
         "injection_budget_per_turn",
         "injection_size_limit",
         "metadata",

@@ -243,7 +243,8 @@ class AnthropicProvider(HTTPProvider):
             "POST", "messages", json_body=payload, model=payload["model"], timeout=request.timeout
         )
         with malformed_guard(self._name, payload["model"], "a message"):
-            return parse_message(body)
+            response = parse_message(body)
+        return self.priced(response, payload["model"])
 
     def _decode_stream(
         self, sse: AsyncIterator[SSEEvent], model: str
@@ -663,14 +664,15 @@ class _StreamState:
             self.json_parts.setdefault(index, []).append(part)
             if part:
                 kind = str(self.blocks[index].get("type"))
-                return [
-                    {
-                        "type": "content_block:delta",
-                        "index": index,
-                        "block_type": _KINDS.get(kind, kind),
-                        "delta": part,
-                    }
-                ]
+                event = {
+                    "type": "content_block:delta",
+                    "index": index,
+                    "block_type": _KINDS.get(kind, kind),
+                    "delta": part,
+                }
+                if kind == "tool_use":  # the call it builds, for a UI that shows it forming
+                    event["id"] = self.blocks[index].get("id", "")
+                return [event]
         return []
 
     def _part(self, index: int, field: str, text: Any) -> None:

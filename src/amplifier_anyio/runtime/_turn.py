@@ -44,6 +44,7 @@ from ..events import (
     ORCHESTRATOR_COMPLETE,
     PROMPT_COMPLETE,
     PROMPT_SUBMIT,
+    PROVIDER_CACHE,
     PROVIDER_ERROR,
     PROVIDER_REQUEST,
     PROVIDER_RESPONSE,
@@ -56,6 +57,8 @@ from ..kernel._tracing import trace_scope
 from ..kernel._turns import PendingApproval, TurnResult, TurnStatus
 from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
 from ..models._validators import number
+from ._prompt_cache import report_cache
+from ._race import PROVIDERS_POLICY, call_with_policy
 from ._requests import (
     LOOP_LIMIT_REMINDER,
     assistant_message,
@@ -366,6 +369,8 @@ class Turn:
         if response.usage is not None:
             self.usage = self.usage + response.usage
             self.handle.budget.charge_usage(response.usage, self._cost(response.usage))
+        if self.hooks.has_handlers(PROVIDER_CACHE):  # which part of the prompt prefix changed
+            await report_cache(self, request, response, module=provider)
         self.finish_reason = response.finish_reason
         if self.hooks.has_handlers(LLM_RESPONSE):
             await self.hooks.emit(LLM_RESPONSE, llm_response_payload(self.provider_name, response))
@@ -384,7 +389,10 @@ class Turn:
         return response
 
     def _cost(self, usage: Usage) -> float:
-        """The dollars of ``usage`` at its provider's plan-entry ``pricing`` (0 without)."""
+        """The dollars of ``usage``: the provider's own ``cost_usd`` (its ``pricing``
+        table, by model), else its plan entry's ``pricing`` (0 without)."""
+        if usage.cost_usd is not None:
+            return float(usage.cost_usd)
         spec = self.coordinator.provider_specs.get(self.provider_name)
         return cost_of(usage, spec.config.get("pricing")) if spec is not None else 0.0
 
@@ -411,6 +419,9 @@ class Turn:
     async def _complete(
         self, provider: Provider, request: ChatRequest, kwargs: dict[str, Any]
     ) -> ChatResponse:
+        policy = self.coordinator.get_capability(PROVIDERS_POLICY)
+        if policy is not None:  # failover and hedging: the call is a race (runtime/_race)
+            return await call_with_policy(self, policy, request, kwargs)
         stream = getattr(provider, "stream", None) if self.streaming else None
         if stream is None:
             response: Any = await provider.complete(request, **kwargs)
