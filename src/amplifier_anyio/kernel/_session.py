@@ -68,7 +68,7 @@ from ..events import (
 from ..interfaces import ApprovalSystem, DisplaySystem
 from ._coordinator import ModuleCoordinator
 from ._event_stream import TurnEventStream
-from ._foreign import module_scope
+from ._foreign import module_scope, watch_provider_calls
 from ._handle import TurnHandle
 from ._loader import ModuleLoader
 from ._mount_plan import ModuleSpec, MountPlan
@@ -656,11 +656,19 @@ class AmplifierSession:
         handle = self.coordinator.claim_turn()
         token = handle.token
         text, status, error = "", TurnStatus.SUCCESS, None
-        with anyio.CancelScope() as scope, handle.bind_scope(scope):
+        with (
+            anyio.CancelScope() as scope,
+            handle.bind_scope(scope),
+            watch_provider_calls() as calls,
+        ):
             try:
                 text = await orchestrator.execute(*args, coordinator=self.coordinator)
             except Exception as exc:  # noqa: BLE001 - reported in the TurnResult
                 status, error = TurnStatus.ERROR, exc
+        if error is None and calls.failure is not None:
+            # Its last provider call failed and it answered anyway (upstream loop-events
+            # answers "Error getting response: …"): a failed turn, not a success.
+            status, error = TurnStatus.ERROR, calls.failure
         if scope.cancelled_caught or (token.is_cancelled and status is TurnStatus.SUCCESS):
             status = TurnStatus.CANCELLED
             with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT):

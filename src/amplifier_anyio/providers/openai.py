@@ -61,6 +61,7 @@ from ._http import (
     truncated_arguments,
 )
 from ._sse import SSEEvent
+from ._upstream import answers_upstream
 
 __all__ = (
     "OpenAIChatProvider",
@@ -159,8 +160,10 @@ class OpenAIChatProvider(HTTPProvider):
             max_output_tokens=self.max_output_tokens,
         )
 
+    @answers_upstream
     async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
-        """One non-streaming completion."""
+        """One non-streaming completion. An upstream orchestrator's request gets
+        its answer in upstream's shape (``docs/upstream.md``)."""
         payload = self.build_payload(request, stream=False, **kwargs)
         body = await self.http.request_json(
             "POST",

@@ -67,7 +67,7 @@ from ._requests import (
     select_provider,
     tool_calls_of,
 )
-from ._streaming import relay_stream
+from ._streaming import relay_stream, stream_opener
 from ._tool_batch import ToolBatch, ToolBatchConfig
 
 if TYPE_CHECKING:
@@ -333,7 +333,7 @@ class Turn:
         self, provider: Provider, *, with_tools: bool, reminder: bool = False
     ) -> ChatResponse | None:
         """One provider call with its events; None when a hook denied it."""
-        stream = self.streaming and getattr(provider, "stream", None) is not None
+        stream = self.streaming and stream_opener(provider) is not None
         payload: dict[str, Any] = {
             "provider": self.provider_name,
             "iteration": self.iterations,
@@ -399,7 +399,7 @@ class Turn:
     async def _complete(
         self, provider: Provider, request: ChatRequest, kwargs: dict[str, Any]
     ) -> ChatResponse:
-        stream = getattr(provider, "stream", None) if self.streaming else None
+        stream = stream_opener(provider) if self.streaming else None
         if stream is None:
             response: Any = await provider.complete(request, **kwargs)
         else:
