@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
+import attrs
 import typer
 
 from ..contexts.persistent import default_path
@@ -123,10 +124,13 @@ def chat_command(
         tools=tools,
         record=record,
         replay=replay,
+        strict=strict,
     )
     with cli_command():
         base = build_plan(options, streaming=True)
         system_text = read_prompt(system) if system is not None else None
+        if system_text is not None:  # --system replaces a bundle's instruction
+            base = attrs.evolve(base, instruction=system_text)
         resumed = find_session(resume) if resume is not None else None
         log = EventLog(events_jsonl) if events_jsonl is not None else None
         if log is not None:

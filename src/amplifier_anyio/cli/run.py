@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
+import attrs
 import typer
 
 from ..kernel._mount_plan import MountPlan
@@ -34,7 +35,11 @@ __all__ = ("run_command", "add_system_prompt")
 
 PlanOption = Annotated[
     Path | None,
-    typer.Option("--plan", help="A mount plan (.yaml/.yml/.toml); default: the offline demo."),
+    typer.Option(
+        "--plan",
+        help="A mount plan (.yaml/.yml/.toml) or an upstream bundle or profile (.md, a "
+        "bundle directory); default: the offline demo.",
+    ),
 ]
 BackendOption = Annotated[str, typer.Option("--backend", help="asyncio or trio.")]
 ProviderOption = Annotated[
@@ -125,11 +130,14 @@ def run_command(
         tools=tools,
         record=record,
         replay=replay,
+        strict=strict,
     )
     with cli_command():
         mount_plan = build_plan(options)
         text = read_prompt(prompt)
         system_text = read_prompt(system) if system is not None else None
+        if system_text is not None:  # --system replaces a bundle's instruction
+            mount_plan = attrs.evolve(mount_plan, instruction=system_text)
         log = EventLog(events_jsonl) if events_jsonl is not None else None
         turn = _Turn(mount_plan, text, system=system_text, events=events, log=log, strict=strict)
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._bundles import ResolvedPlan, resolve_plan_dict, resolve_plan_file
 from ._cancellation import CancellationState, CancellationStatistics, CancellationToken
 from ._coordinator import MOUNT_POINTS, CoordinatorStatistics, ModuleCoordinator
 from ._event_stream import Event, TurnEventStream
@@ -37,6 +38,9 @@ __all__ = (
     "CassetteSpec",
     "CASSETTE_MODES",
     "expand_variables",
+    "resolve_plan_file",
+    "resolve_plan_dict",
+    "ResolvedPlan",
     "validate_plan",
     "PlanReport",
     "ModuleLoader",
