@@ -460,3 +460,45 @@ async def test_a_file_uri_include_is_a_path(tmp_path: Path) -> None:
     )
     resolved = await resolve_plan_file(root / "a")
     assert resolved.plan["hooks"] == [{"module": "hooks-scheduler-cost"}]
+
+
+async def test_a_resumed_history_keeps_its_own_system_message(tmp_path: Path) -> None:
+    def plan(instruction: str) -> dict[str, Any]:
+        transcript = {"path": str(tmp_path / "transcript.jsonl")}
+        return {
+            "session": {
+                "orchestrator": "loop-basic",
+                "context": {"module": "context-persistent", "config": transcript},
+            },
+            "providers": [{"module": "provider-scripted", "config": json.loads(replies("ok"))}],
+            "instruction": instruction,
+        }
+
+    async with AmplifierSession(plan("You are the first.")) as session:
+        await session.run("hi")
+    async with AmplifierSession(plan("You are the second.")) as session:
+        await session.run("hi again")
+        messages = await session.coordinator.get("context").get_messages()
+
+    systems = [m["content"] for m in messages if m["role"] == "system"]
+    assert systems == ["You are the first."]
+    assert [m["role"] for m in messages][:2] == ["system", "user"]
+
+
+async def test_a_git_include_that_cannot_be_cloned_is_skipped_with_gits_reason(
+    tmp_path: Path,
+) -> None:
+    root = write(
+        tmp_path,
+        {
+            "bundle.yaml": f"""
+                includes: ["git+file://{tmp_path}/no-such-repo@main"]
+                session: {{orchestrator: loop-basic, context: context-simple}}
+                """,
+        },
+    )
+    resolved = await resolve_plan_file(root / "bundle.yaml")
+
+    [warning] = resolved.warnings
+    assert warning.startswith("bundle.yaml: includes: 'git+file://")
+    assert "skipped: git clone failed: fatal:" in warning

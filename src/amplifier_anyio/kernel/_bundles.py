@@ -42,7 +42,7 @@ from typing import Any
 import anyio
 import attrs
 
-from ..errors import ConfigError, ModuleLoadError, describe
+from ..errors import AmplifierError, ConfigError, ModuleLoadError, describe
 from ._mount_plan import MountPlan, parse_document
 from ._sources import GitSource, fetch_git_source, is_git_source
 
@@ -396,7 +396,7 @@ class _Resolver:
                 data, body = await _read(path)
                 self.loaded[path] = await self.document(path, data, body, (*chain, path))
         except (ConfigError, ModuleLoadError) as exc:
-            self.problem(f"{where}: {ref!r} skipped: {describe(exc)}")
+            self.problem(f"{where}: {ref!r} skipped: {_why(exc)}")
             return {}
         self.resolved.append(f"{where}: {ref} -> {path}")
         return self.loaded[path]
@@ -491,7 +491,7 @@ class _Resolver:
             path = root / "agents" / (short if short.endswith(".md") else f"{short}.md")
             data, body = await _read(path)
         except (ConfigError, ModuleLoadError) as exc:
-            self.problem(f"{including.name}: agents.include: {name!r} skipped: {describe(exc)}")
+            self.problem(f"{including.name}: agents.include: {name!r} skipped: {_why(exc)}")
             return None
         self.resolved.append(f"{including.name}: agents: {name} -> {path}")
         return _agent_definition(name, data, body, path.parent)
@@ -506,7 +506,7 @@ class _Resolver:
                 path = root / (rest if sep else str(entry)).lstrip("/")
                 text = await anyio.Path(path).read_text(encoding="utf-8")
             except (ConfigError, ModuleLoadError, OSError, UnicodeDecodeError) as exc:
-                problem = describe(exc) if isinstance(exc, ConfigError) else "cannot be read"
+                problem = _why(exc) if isinstance(exc, AmplifierError) else "cannot be read"
                 self.problem(f"{including.name}: context.include: {entry!r} skipped: {problem}")
                 continue
             self.resolved.append(f"{including.name}: context: {entry} -> {path}")
@@ -542,6 +542,11 @@ class _Resolver:
             warnings=tuple(self.warnings),
             errors=tuple(self.errors),
         )
+
+
+def _why(exc: BaseException) -> str:
+    """A resolution problem in a few words (a failed clone: git's own line)."""
+    return exc.reason if isinstance(exc, ModuleLoadError) else describe(exc)
 
 
 def _as_list(value: Any) -> list[Any]:
