@@ -293,7 +293,7 @@ class Pieces(httpx.AsyncByteStream):
 async def streamed(kind: str, body: httpx.AsyncByteStream) -> ChatResponse:
     provider = make(kind, body, **{"content-type": "text/event-stream"})
     try:
-        async with provider.stream(REQUEST) as events:
+        async with provider.open_stream(REQUEST) as events:
             items = [event async for event in events]
     finally:
         await provider.http.aclose()

@@ -61,6 +61,8 @@ class PlanOptions:
     """``--record FILE``: the plan's ``session.cassette`` records to FILE."""
     replay: Path | None = None
     """``--replay FILE``: the plan's ``session.cassette`` replays FILE."""
+    strict: bool = False
+    """``--strict``: a bundle reference that cannot be resolved is an error."""
 
 
 def build_plan(options: PlanOptions, *, streaming: bool = False) -> MountPlan:
@@ -83,7 +85,7 @@ def build_plan(options: PlanOptions, *, streaming: bool = False) -> MountPlan:
         ]
         if ignored:
             warn(f"{', '.join(ignored)} ignored: the plan file {options.plan} names the providers")
-        data = load_plan_file(options.plan).to_dict()
+        data = load_plan_file(options.plan, strict=options.strict).to_dict()
     else:
         data = _built(options, streaming=streaming)
     if max_iterations is not None:

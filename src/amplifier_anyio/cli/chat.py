@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
+import attrs
 import typer
 
 from ..contexts.persistent import default_path, lock_path_for
@@ -129,6 +130,7 @@ def chat_command(
         tools=tools,
         record=record,
         replay=replay,
+        strict=strict,
     )
     with cli_command():
         resumed = find_session(resume) if resume is not None else None
@@ -136,6 +138,9 @@ def chat_command(
             options = stored_plan(options, resumed.session_id, resumed.path)
         base = build_plan(options, streaming=True)
         system_text = read_prompt(system) if system is not None else None
+        if system_text is not None:  # --system replaces a bundle's instruction
+            base = attrs.evolve(base, instruction=system_text)
+        resumed = find_session(resume) if resume is not None else None
         log = EventLog(events_jsonl) if events_jsonl is not None else None
         if log is not None:
             log.open()

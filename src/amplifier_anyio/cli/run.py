@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
+import attrs
 import typer
 
 from ..kernel._mount_plan import MountPlan
@@ -35,7 +36,11 @@ __all__ = ("run_command", "add_system_prompt")
 
 PlanOption = Annotated[
     Path | None,
-    typer.Option("--plan", help="A mount plan (.yaml/.yml/.toml); default: the offline demo."),
+    typer.Option(
+        "--plan",
+        help="A mount plan (.yaml/.yml/.toml) or an upstream bundle or profile (.md, a "
+        "bundle directory); default: the offline demo.",
+    ),
 ]
 BackendOption = Annotated[str, typer.Option("--backend", help="asyncio or trio.")]
 ProviderOption = Annotated[
@@ -148,6 +153,7 @@ def run_command(
         tools=tools,
         record=record,
         replay=replay,
+        strict=strict,
     )
     with cli_command():
         resumed = None
@@ -169,6 +175,8 @@ def run_command(
         if agent is not None:
             mount_plan, instruction = agent_plan(mount_plan, agent)
             system_text = system_text if system_text is not None else instruction
+        if system_text is not None:  # --system replaces a bundle's instruction
+            mount_plan = attrs.evolve(mount_plan, instruction=system_text)
         log = EventLog(events_jsonl) if events_jsonl is not None else None
         turn = _Turn(mount_plan, text, system=system_text, events=events, log=log, strict=strict)
         turn.plan_file = options.plan

@@ -4,6 +4,7 @@ and the budget tree of sub-agents."""
 from __future__ import annotations
 
 from ._budget import BUDGET_FINISH_REASON, Budget, BudgetMeter, BudgetStatistics
+from ._bundles import ResolvedPlan, resolve_plan_dict, resolve_plan_file
 from ._cancellation import CancellationState, CancellationStatistics, CancellationToken
 from ._coordinator import MOUNT_POINTS, CoordinatorStatistics, ModuleCoordinator
 from ._event_stream import Event, TurnEventStream
@@ -49,6 +50,9 @@ __all__ = (
     "ProvidersPolicy",
     "FAILOVER_CONDITIONS",
     "expand_variables",
+    "resolve_plan_file",
+    "resolve_plan_dict",
+    "ResolvedPlan",
     "validate_plan",
     "PlanReport",
     "ModuleLoader",

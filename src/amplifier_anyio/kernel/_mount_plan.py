@@ -14,13 +14,15 @@ providers: [{module: provider-openai, config: {model: gpt-4o}}]
 tools: [{module: tool-filesystem}]      # or {module, config, executor: local}
 hooks: [{module: hooks-logging}]
 agents: {...}                          # passed through untouched (also `all`, a list)
+instruction: You are terse.            # the system instruction (optional)
 ```
 
-``${VAR}`` and ``${VAR:default}`` in any string value (``agents`` aside) are replaced
-from the environment when the plan is parsed; an unset variable without a default is an
-error naming the field. ``includes:`` (bundle composition) is not supported: it is kept
-in [`MountPlan.includes`][amplifier_anyio.MountPlan.includes] and reported (a warning, an error in
-strict validation), never dropped silently.
+``${VAR}`` and ``${VAR:default}`` in any string value (``agents`` and ``instruction``
+aside) are replaced from the environment when the plan is parsed; an unset variable
+without a default is an error naming the field. ``instruction:`` is the session's system
+instruction. Upstream bundles and profiles (``includes:``, ``agents: {include: …}``,
+``profile: {extends: …}``, ``.md`` files) are resolved into this shape by
+``kernel/_bundles.py`` before they are parsed here.
 
 Every error is one line naming the field: ``providers[0].module: required``.
 """
@@ -54,6 +56,7 @@ __all__ = (
     "ProvidersPolicy",
     "FAILOVER_CONDITIONS",
     "expand_variables",
+    "parse_document",
 )
 
 _SECTIONS = ("providers", "tools", "hooks")
@@ -243,7 +246,12 @@ class MountPlan:
     agents: Any = attrs.field(factory=dict)
     """The plan's ``agents`` as written (a table, ``all``, a list): not interpreted."""
     includes: tuple[Any, ...] = ()
-    """The plan's ``includes`` entries: not supported, reported by validation."""
+    """The plan's ``includes`` entries, not resolved yet: a session or ``validate``
+    resolves them (``kernel/_bundles.py``); a plan read from a file has none left."""
+    instruction: str | None = None
+    """The system instruction (an upstream ``.md`` bundle's body, its context files
+    after it): a session starts its history with it, unless the history has a system
+    message already. Never ``${VAR}``-expanded."""
     executor: ModuleSpec | None = None
     """The session's executor (``session.executor``); None: local."""
     cassette: CassetteSpec | None = None
@@ -275,11 +283,15 @@ class MountPlan:
         includes = data.get("includes")
         if includes is not None and not isinstance(includes, list):
             includes = [includes]
-        # Module entries expand one by one (an optional one may defer its problem).
-        kept = ("agents", *_SECTIONS)
+        instruction = data.get("instruction")
+        if instruction is not None and not isinstance(instruction, str):
+            _fail("instruction", f"expected a string, got {_kind(instruction)}")
+        # Module entries expand one by one (an optional one may defer its problem); the
+        # instruction is text for the model, never expanded.
+        kept = ("agents", "instruction", *_SECTIONS)
         expanded = {
             **expand_variables({k: v for k, v in data.items() if k not in kept}),
-            **{k: data[k] for k in _SECTIONS if k in data},
+            **{k: data[k] for k in (*_SECTIONS, "instruction") if k in data},
         }
         session = expanded["session"]
         return cls(
@@ -290,6 +302,7 @@ class MountPlan:
             hooks=_entries(expanded, "hooks"),
             agents={} if agents is None else agents,
             includes=tuple(includes or ()),
+            instruction=instruction or None,
             executor=_executor(session.get("executor"), "session.executor"),
             cassette=_cassette(session.get("cassette")),
             providers_policy=_policy(session.get("providers_policy")),
@@ -305,39 +318,25 @@ class MountPlan:
         that refers to itself, or a document that is not a table, each named by
         ``origin`` in one line; a table with a bad field names the field.
         """
-        kind = "TOML" if suffix == ".toml" else "YAML"
-        import yaml  # noqa: PLC0415 - PyYAML costs ~10 ms of `import amplifier_anyio`
-
-        try:
-            data: Any = tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
-        except RecursionError:
-            msg = f"{origin}: not valid {kind}: nested too deeply"
-            raise ConfigError(msg) from None  # its chain is a thousand frames long
-        except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-            msg = f"{origin}: not valid {kind}: {_one_line(exc)}"
-            raise ConfigError(msg) from exc
-        except Exception as exc:
-            # PyYAML's constructors raise ValueError, KeyError, AttributeError… for a tag
-            # that does not fit its value (``!!int abc``, ``!!timestamp x``, 2020-13-45),
-            # and both parsers refuse integers of more than 4 300 digits.
-            detail = f"a value could not be converted ({type(exc).__name__}: {_one_line(exc)})"
-            raise ConfigError(f"{origin}: not valid {kind}: {detail}") from exc
-        if not isinstance(data, Mapping):
-            shape = "empty" if data is None else f"expected a table, got {_kind(data)}"
-            raise ConfigError(f"{origin}: {shape}")
-        expansion = _expansion_problem(data)
-        if expansion is not None:
-            raise ConfigError(f"{origin}: {expansion}")
-        return cls.from_dict(data)
+        return cls.from_dict(parse_document(text, suffix=suffix, origin=origin))
 
     @classmethod
     def from_file(cls, path: str | Path) -> MountPlan:
         """Read and parse a plan file (blocking: call it from a worker thread in async code).
 
-        Every problem with the file or its content is a ConfigError naming the file.
+        Every problem with the file or its content is a ConfigError naming the file. An
+        upstream bundle or profile (a ``.md`` file, ``includes``…) needs its references
+        resolved: ``AmplifierSession(path)`` and ``validate`` do it, or
+        ``kernel._bundles.resolve_plan_file``; here its ``includes`` stay unresolved.
         """
         path = Path(path)
         suffix = path.suffix.lower()
+        if suffix == ".md":
+            msg = (
+                f"{path}: an upstream bundle or profile: open it with AmplifierSession(path) "
+                "or resolve it with kernel._bundles.resolve_plan_file"
+            )
+            raise ConfigError(msg)
         if suffix not in (".yaml", ".yml", ".toml"):
             msg = f"{path}: unknown plan format {suffix or '(none)'!r}; use .yaml, .yml or .toml"
             raise ConfigError(msg)
@@ -378,6 +377,8 @@ class MountPlan:
             plan["agents"] = self.agents
         if self.includes:
             plan["includes"] = list(self.includes)
+        if self.instruction is not None:
+            plan["instruction"] = self.instruction
         return plan
 
     def all_modules(self) -> list[tuple[str, ModuleSpec]]:
@@ -389,6 +390,39 @@ class MountPlan:
 
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
+
+
+def parse_document(text: str, *, suffix: str = ".yaml", origin: str = "<plan>") -> dict[str, Any]:
+    """YAML (``.yaml``, ``.yml``) or TOML (``.toml``) text as a table.
+
+    Whatever the text holds, a problem is a ConfigError naming ``origin`` in one line:
+    text the parser refuses, nesting too deep to parse, aliases that expand without
+    bound, a value that refers to itself, a document that is not a table.
+    """
+    kind = "TOML" if suffix == ".toml" else "YAML"
+    import yaml  # noqa: PLC0415 - PyYAML costs ~10 ms of `import amplifier_anyio`
+
+    try:
+        data: Any = tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
+    except RecursionError:
+        msg = f"{origin}: not valid {kind}: nested too deeply"
+        raise ConfigError(msg) from None  # its chain is a thousand frames long
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        msg = f"{origin}: not valid {kind}: {_one_line(exc)}"
+        raise ConfigError(msg) from exc
+    except Exception as exc:
+        # PyYAML's constructors raise ValueError, KeyError, AttributeError… for a tag
+        # that does not fit its value (``!!int abc``, ``!!timestamp x``, 2020-13-45),
+        # and both parsers refuse integers of more than 4 300 digits.
+        detail = f"a value could not be converted ({type(exc).__name__}: {_one_line(exc)})"
+        raise ConfigError(f"{origin}: not valid {kind}: {detail}") from exc
+    if not isinstance(data, Mapping):
+        shape = "empty" if data is None else f"expected a table, got {_kind(data)}"
+        raise ConfigError(f"{origin}: {shape}")
+    expansion = _expansion_problem(data)
+    if expansion is not None:
+        raise ConfigError(f"{origin}: {expansion}")
+    return dict(data)
 
 
 def expand_variables(value: Any, field: str = "") -> Any:

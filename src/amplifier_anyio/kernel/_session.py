@@ -68,9 +68,10 @@ from ..events import (
 )
 from ..interfaces import ApprovalSystem, DisplaySystem
 from ._agents import ROOT_LANE, ChildSetup, Delegation, SessionLimits, agents_of
+from ._bundles import plan_of, resolve_plan
 from ._coordinator import ModuleCoordinator
 from ._event_stream import TurnEventStream
-from ._foreign import module_scope
+from ._foreign import module_scope, watch_provider_calls
 from ._handle import TurnHandle
 from ._loader import ModuleLoader
 from ._mount_plan import ModuleSpec, MountPlan
@@ -267,10 +268,15 @@ class AmplifierSession:
 
     async def _initialize(self) -> None:
         plan = self.plan
-        if plan is None:
-            assert self._plan_path is not None
-            plan = await anyio.to_thread.run_sync(MountPlan.from_file, self._plan_path)
-            self.plan = plan
+        source = plan if plan is not None else self._plan_path
+        assert source is not None
+        # A file, or upstream's includes / agents / profile features (kernel/_bundles).
+        resolved = await resolve_plan(source, strict=self.strict)
+        if resolved is not None:
+            for warning in resolved.warnings:
+                logger.warning("%s", warning)
+            plan = self.plan = plan_of(resolved)
+        assert plan is not None
         await self._check_schemas(plan)
         self.limits = SessionLimits.from_settings(plan.session_settings)
         if agents_of(plan.raw):
@@ -293,6 +299,8 @@ class AmplifierSession:
 
                 await install_cassette(self.coordinator, plan.cassette)
             await self._session_ready()
+            if plan.instruction:
+                await self._add_instruction(plan.instruction)
         except BaseException:
             await self._undo_mounts()
             raise
@@ -301,6 +309,18 @@ class AmplifierSession:
             await self.coordinator.hooks.emit(
                 SESSION_FORK, {"parent": self.parent_id, "session_id": self.session_id}
             )
+
+    async def _add_instruction(self, text: str) -> None:
+        """The plan's instruction first in the history, as a system message, unless the
+        history (a resumed one) has a system message already."""
+        context = self.coordinator.get("context")
+        messages = await context.get_messages()
+        if any(message.get("role") == "system" for message in messages):
+            return
+        if messages:
+            await context.set_messages([{"role": "system", "content": text}, *messages])
+        else:
+            await context.add_message({"role": "system", "content": text})
 
     async def _check_schemas(self, plan: MountPlan) -> None:
         """Every schema problem of the plan before any module is mounted: unknown keys
@@ -686,11 +706,19 @@ class AmplifierSession:
         handle = self.coordinator.claim_turn()
         token = handle.token
         text, status, error = "", TurnStatus.SUCCESS, None
-        with anyio.CancelScope() as scope, handle.bind_scope(scope):
+        with (
+            anyio.CancelScope() as scope,
+            handle.bind_scope(scope),
+            watch_provider_calls() as calls,
+        ):
             try:
                 text = await orchestrator.execute(*args, coordinator=self.coordinator)
             except Exception as exc:  # noqa: BLE001 - reported in the TurnResult
                 status, error = TurnStatus.ERROR, exc
+        if error is None and calls.failure is not None:
+            # Its last provider call failed and it answered anyway (upstream loop-events
+            # answers "Error getting response: …"): a failed turn, not a success.
+            status, error = TurnStatus.ERROR, calls.failure
         if scope.cancelled_caught or (token.is_cancelled and status is TurnStatus.SUCCESS):
             status = TurnStatus.CANCELLED
             with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT):

@@ -20,6 +20,7 @@ import attrs
 from ..config_schema import schema_of
 from ..errors import ConfigError, describe
 from ._agents import SessionLimits, agent_problems, agents_of, merge_overlay
+from ._bundles import resolve_plan
 from ._coordinator import ModuleCoordinator
 from ._foreign import module_scope
 from ._loader import ModuleLoader
@@ -41,6 +42,12 @@ class PlanReport:
     modules: tuple[str, ...] = ()
     """One line per plan entry found: what will actually be mounted and where it came
     from (``tool 'tool-x': entry point 'tool-x' = pkg:mount (dist 1.0)``)."""
+    resolved: tuple[str, ...] = ()
+    """What an upstream bundle or profile resolved to: one line per include, parent
+    profile, agent file and context file (``bundle.md: includes: ./x.yaml -> /…/x.yaml``)."""
+    plan: dict[str, Any] | None = None
+    """The plan that was checked, resolved (``MountPlan.to_dict()``); None when it could
+    not be parsed."""
 
     @property
     def ok(self) -> bool:
@@ -53,9 +60,17 @@ class _Findings:
     errors: list[str] = attrs.Factory(list)
     warnings: list[str] = attrs.Factory(list)
     modules: list[str] = attrs.Factory(list)
+    resolved: list[str] = attrs.Factory(list)
+    plan: dict[str, Any] | None = None
 
     def report(self) -> PlanReport:
-        return PlanReport(tuple(self.errors), tuple(self.warnings), tuple(self.modules))
+        return PlanReport(
+            tuple(self.errors),
+            tuple(self.warnings),
+            tuple(self.modules),
+            tuple(self.resolved),
+            self.plan,
+        )
 
 
 @attrs.frozen
@@ -78,16 +93,19 @@ async def validate_plan(
 
     Unknown config keys are errors when ``strict``, warnings otherwise; a module that
     declares no schema is a warning in strict mode (its keys cannot be checked). A plan
-    that cannot be parsed is one error.
+    that cannot be parsed is one error. An upstream bundle or profile is resolved first
+    (``kernel/_bundles.py``): what it resolved to is in ``resolved``, a reference that
+    cannot be resolved is a warning (an error when ``strict``).
     """
+    findings = _Findings()
     try:
-        parsed = await _parse(plan)
+        parsed = await _parse(plan, strict, findings)
     except ConfigError as exc:
-        return PlanReport(errors=(str(exc),))
+        return PlanReport(errors=(*findings.errors, str(exc)), resolved=tuple(findings.resolved))
+    findings.plan = parsed.to_dict()
     coordinator = ModuleCoordinator(_Identity(f"validate-{uuid.uuid4()}"))
     coordinator.validating = True
     loader = loader or ModuleLoader(coordinator)
-    findings = _Findings()
     _check_plan(parsed, strict, findings)
     try:
         for kind, spec in parsed.all_modules():
@@ -137,7 +155,17 @@ async def schema_problems(
 # The plan's own keys (amplifier-core's mount plan, plus ours): anything else is a typo or
 # something this runtime does not read, which a user should hear about.
 _PLAN_KEYS = frozenset(
-    {"session", "orchestrator", "context", "providers", "tools", "hooks", "agents", "includes"}
+    {
+        "session",
+        "orchestrator",
+        "context",
+        "providers",
+        "tools",
+        "hooks",
+        "agents",
+        "includes",
+        "instruction",
+    }
 )
 _SESSION_KEYS = frozenset(
     {
@@ -189,8 +217,9 @@ def _unknown_keys(plan: MountPlan) -> list[str]:
 
 def _check_plan(plan: MountPlan, strict: bool, findings: _Findings, *, agents: bool = True) -> None:
     """Keys the plan's structure does not define (a typo such as ``confg:`` would silently
-    drop a module's config), and what the plan asks for that is not supported:
-    ``includes`` (bundles). Errors when ``strict``, warnings otherwise."""
+    drop a module's config), and ``includes`` left unresolved (a MountPlan built by hand
+    and checked with `schema_problems`: sessions and ``validate_plan`` resolve them).
+    Errors when ``strict``, warnings otherwise."""
     (findings.errors if strict else findings.warnings).extend(_unknown_keys(plan))
     try:
         SessionLimits.from_settings(plan.session_settings)
@@ -202,10 +231,7 @@ def _check_plan(plan: MountPlan, strict: bool, findings: _Findings, *, agents: b
         findings.warnings.extend(warnings)
     if plan.includes:
         listed = ", ".join(repr(i) for i in plan.includes)
-        line = (
-            f"includes: not supported (bundle composition is not implemented); "
-            f"ignored: {listed} — list the modules in the plan itself"
-        )
+        line = f"includes: not resolved: {listed}"
         (findings.errors if strict else findings.warnings).append(line)
 
 
@@ -215,14 +241,25 @@ def module_line(kind: str, spec: ModuleSpec, loader: ModuleLoader) -> str:
     return f"{kind} {spec.module!r}: {origin}"
 
 
-async def _parse(plan: MountPlan | Mapping[str, Any] | str | os.PathLike[str]) -> MountPlan:
+async def _parse(
+    plan: MountPlan | Mapping[str, Any] | str | os.PathLike[str], strict: bool, findings: _Findings
+) -> MountPlan:
+    """The plan, upstream references resolved (their findings recorded)."""
+    source: MountPlan | Path
     if isinstance(plan, MountPlan):
-        await anyio.lowlevel.checkpoint()
-        return plan
-    if isinstance(plan, Mapping):
-        await anyio.lowlevel.checkpoint()
-        return MountPlan.from_dict(dict(plan))
-    return await anyio.to_thread.run_sync(MountPlan.from_file, Path(plan))
+        source = plan
+    elif isinstance(plan, Mapping):
+        source = MountPlan.from_dict(dict(plan))
+    else:
+        source = Path(plan)
+    resolved = await resolve_plan(source, strict=strict)
+    if resolved is None:
+        assert isinstance(source, MountPlan)
+        return source
+    findings.resolved.extend(resolved.resolved)
+    findings.warnings.extend(resolved.warnings)
+    findings.errors.extend(resolved.errors)
+    return MountPlan.from_dict(resolved.plan)
 
 
 async def _check_module(

@@ -245,8 +245,8 @@ class HTTPProvider:
     """The wire-independent half of an HTTP provider.
 
     A subclass sets ``spec`` and ``stream_path`` and supplies ``build_payload`` and
-    ``_decode_stream``; it keeps ``complete``, ``get_info`` and ``list_models``, and prices
-    its responses with `priced`.
+    ``_decode_stream``; it keeps ``complete`` (wrapped in ``_upstream.answers_upstream``),
+    ``get_info`` and ``list_models``, and prices its responses with `priced`.
     """
 
     spec: ClassVar[ProviderSpec]
@@ -294,10 +294,14 @@ class HTTPProvider:
         return response if usage is response.usage else attrs.evolve(response, usage=usage)
 
     @asynccontextmanager
-    async def stream(
+    async def open_stream(
         self, request: ChatRequest, **kwargs: Any
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
-        """Stream a completion: yields an iterator of events, the last one ``response``."""
+        """Stream a completion: yields an iterator of events, the last one ``response``.
+
+        Named ``open_stream``, not ``stream``: upstream loop-streaming takes a path that
+        never runs tool calls whenever a provider has a ``stream`` attribute, so ours has
+        none (``docs/upstream.md``)."""
         payload = self.build_payload(request, stream=True, **kwargs)
         async with self.http.stream_sse(
             self.stream_path, json_body=payload, model=payload["model"], timeout=request.timeout

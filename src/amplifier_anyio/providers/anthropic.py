@@ -65,6 +65,7 @@ from ._http import (
     truncated_arguments,
 )
 from ._sse import SSEEvent
+from ._upstream import answers_upstream
 
 __all__ = (
     "AnthropicProvider",
@@ -236,8 +237,10 @@ class AnthropicProvider(HTTPProvider):
                 return models
             params = {"limit": 100, "after_id": page["last_id"]}
 
+    @answers_upstream
     async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
-        """One non-streaming Messages call."""
+        """One non-streaming Messages call. An upstream orchestrator's request gets
+        its answer in upstream's shape (``docs/upstream.md``)."""
         payload = self.build_payload(request, stream=False, **kwargs)
         body = await self.http.request_json(
             "POST", "messages", json_body=payload, model=payload["model"], timeout=request.timeout

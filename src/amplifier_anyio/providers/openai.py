@@ -75,6 +75,7 @@ from ._responses import (
     to_responses_input,
 )
 from ._sse import SSEEvent
+from ._upstream import answers_upstream
 
 __all__ = (
     "OpenAIChatProvider",
@@ -186,8 +187,10 @@ class OpenAIChatProvider(HTTPProvider):
             max_output_tokens=self.max_output_tokens,
         )
 
+    @answers_upstream
     async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
-        """One non-streaming completion."""
+        """One non-streaming completion. An upstream orchestrator's request gets
+        its answer in upstream's shape (``docs/upstream.md``)."""
         try:
             return await self._complete(request, **kwargs)
         except NotFoundError:
@@ -213,7 +216,7 @@ class OpenAIChatProvider(HTTPProvider):
         return self.priced(response, payload["model"])
 
     @asynccontextmanager
-    async def stream(
+    async def open_stream(
         self, request: ChatRequest, **kwargs: Any
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         """Stream a completion: yields an iterator of events, the last one ``response``.
@@ -221,7 +224,7 @@ class OpenAIChatProvider(HTTPProvider):
         history is sent instead)."""
         async with AsyncExitStack() as stack:
             try:
-                events = await stack.enter_async_context(super().stream(request, **kwargs))
+                events = await stack.enter_async_context(super().open_stream(request, **kwargs))
             except NotFoundError:
                 if not self._chained(request, kwargs):
                     raise
@@ -229,7 +232,7 @@ class OpenAIChatProvider(HTTPProvider):
                     "%s: previous_response_id not found; sending the history", self._name
                 )
                 unchained = {**kwargs, "previous_response_id": False}
-                events = await stack.enter_async_context(super().stream(request, **unchained))
+                events = await stack.enter_async_context(super().open_stream(request, **unchained))
             yield events
 
     def _chained(self, request: ChatRequest, kwargs: Mapping[str, Any]) -> bool:

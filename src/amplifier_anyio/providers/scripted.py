@@ -16,6 +16,7 @@ import attrs
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, LLMError, ValidationError
 from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall, structure
+from ._upstream import answers_upstream
 from .pricing import PriceTable
 
 __all__ = ("ScriptedProvider", "ScriptExhaustedError", "mount")
@@ -86,8 +87,11 @@ class ScriptedProvider:
             )
         ]
 
+    @answers_upstream
     async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
-        """Record the request, wait the latency, then give (or raise) the next reply."""
+        """Record the request, wait the latency, then give (or raise) the next reply. An
+        upstream orchestrator's request is recorded converted, and answered in upstream's
+        shape (``docs/upstream.md``)."""
         self.requests.append(request)
         await anyio.sleep(self._next_latency())
         if self._reply is not None:

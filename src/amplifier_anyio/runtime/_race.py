@@ -12,7 +12,7 @@ task of one task group, inside its own cancel scope:
 - **hedging**: when the running attempt has produced nothing ``hedge_after`` seconds after
   the call began, the next provider is asked too (``provider:hedge``). The first attempt
   to answer — a stream's first content event, or a whole response — wins; the others are
-  cancelled through their scopes, which leaves their ``async with provider.stream()`` /
+  cancelled through their scopes, which leaves their ``async with provider.open_stream()`` /
   HTTP response and closes the connection. ``provider:hedge_settled`` names the winner.
 
 Exactly one response comes out, so exactly one assistant message lands in the context; the
@@ -38,7 +38,7 @@ from ..errors import ConfigError, StreamError
 from ..events import PROVIDER_FAILOVER, PROVIDER_HEDGE, PROVIDER_HEDGE_SETTLED
 from ..kernel._foreign import chat_response_of
 from ..models import ChatRequest, ChatResponse, Usage
-from ._streaming import STREAM_EVENTS, stream_payload
+from ._streaming import STREAM_EVENTS, stream_opener, stream_payload
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -110,7 +110,7 @@ class _Race:
             send.send_nowait(("done", attempt, response))
 
     async def call(self, attempt: _Attempt) -> ChatResponse:
-        stream = getattr(attempt.provider, "stream", None) if self.turn.streaming else None
+        stream = stream_opener(attempt.provider) if self.turn.streaming else None
         if stream is None:
             response = await attempt.provider.complete(self.request, **self.kwargs)
             return _converted(response, attempt.name)

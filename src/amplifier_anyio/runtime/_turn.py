@@ -72,7 +72,7 @@ from ._requests import (
     select_provider,
     tool_calls_of,
 )
-from ._streaming import relay_stream
+from ._streaming import relay_stream, stream_opener
 from ._tool_batch import ToolBatch, ToolBatchConfig
 
 if TYPE_CHECKING:
@@ -342,7 +342,7 @@ class Turn:
         self, provider: Provider, *, with_tools: bool, reminder: bool = False
     ) -> ChatResponse | None:
         """One provider call with its events; None when a hook denied it."""
-        stream = self.streaming and getattr(provider, "stream", None) is not None
+        stream = self.streaming and stream_opener(provider) is not None
         payload: dict[str, Any] = {
             "provider": self.provider_name,
             "iteration": self.iterations,
@@ -422,7 +422,7 @@ class Turn:
         policy = self.coordinator.get_capability(PROVIDERS_POLICY)
         if policy is not None:  # failover and hedging: the call is a race (runtime/_race)
             return await call_with_policy(self, policy, request, kwargs)
-        stream = getattr(provider, "stream", None) if self.streaming else None
+        stream = stream_opener(provider) if self.streaming else None
         if stream is None:
             response: Any = await provider.complete(request, **kwargs)
         else:

@@ -6,8 +6,8 @@ A plan with ``session: {cassette: {path, mode, tools}}`` (or ``amplifier-anyio r
 
 - **record**: each provider call is appended to ``path`` as one JSON line: its lane, its
   ordinal in the lane, its kind (``complete`` or ``stream``), the provider's mount name,
-  the normalised request (`normalise_request`) and the full response — for a
-  ``stream()`` call the ordered stream events, the final ``response`` event included. A
+  the normalised request (`normalise_request`) and the full response — for an
+  ``open_stream()`` call the ordered stream events, the final ``response`` event included. A
   call that failed keeps its error, one that was cancelled says so;
 - **replay**: each call is answered from the file by lane and ordinal; the provider is
   never asked. A request that differs from the recorded one raises
@@ -58,6 +58,7 @@ from ..kernel._foreign import chat_response_of, tool_result_of
 from ..kernel._mount_plan import CASSETTE_MODES, CassetteSpec
 from ..kernel._tracing import current_tool_call
 from ..models import ChatRequest, ChatResponse, ContentBlock, ToolResult, structure, unstructure
+from ..runtime._streaming import stream_opener
 
 __all__ = (
     "ROOT_LANE",
@@ -589,8 +590,10 @@ class _CassetteProvider:
         self._cassette = cassette
         self._lane = lane
         self._name = name
-        if callable(getattr(inner, "stream", None)):
-            self.stream = self._stream  # only a provider that streams offers stream()
+        opener = stream_opener(inner)
+        if opener is not None:  # only a provider that streams offers open_stream()
+            self._opener = opener
+            self.open_stream = self._stream
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -640,7 +643,7 @@ class _CassetteProvider:
         outcome: dict[str, Any] = {}
         consuming = False
         try:
-            async with self._inner.stream(request, **kwargs) as source:
+            async with self._opener(request, **kwargs) as source:
                 recording = _recording(source, events, outcome, f"provider {self._name!r}")
                 consuming = True
                 try:

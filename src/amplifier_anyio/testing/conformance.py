@@ -9,7 +9,7 @@ message starts with the broken rule's name (``tool.cancellation: ...``):
   through (``tool.cancellation``); a bad input is answered, not hung on;
 - `check_provider` — identity and models; ``complete`` answers with a
   `ChatResponse`, leaves the request untouched, lets a
-  cancellation through; tool calls have unique ids; a ``stream()`` ends with its response
+  cancellation through; tool calls have unique ids; an ``open_stream()`` ends with its response
   and its text deltas add up to the response's text;
 - `check_context` — what is added comes back, in order, as copies; ``set_messages``
   and ``clear`` do what they say; the request view keeps system messages and never
@@ -59,6 +59,7 @@ from ..models import (
     unstructure,
 )
 from ..providers.scripted import ScriptedProvider
+from ..runtime._streaming import stream_opener
 from ._kit import EventRecorder, MockContextManager, MockCoordinator
 from .cassette import _number_call_ids
 
@@ -214,8 +215,9 @@ async def check_provider(provider: Any, request: ChatRequest | None = None) -> N
     10 s), ``provider.request_untouched``,
     ``provider.tool_calls`` (``parse_tool_calls`` gives ToolCalls with unique non-empty
     ids), ``provider.cancellation`` (``complete`` lets a cancellation through) and, when it
-    has ``stream()``, ``provider.stream`` (event dicts with a ``type``, the last and only
-    the last one the ``response``, text deltas adding up to the response's text).
+    streams (``open_stream()``, or ``stream()`` of the same shape), ``provider.stream``
+    (event dicts with a ``type``, the last and only the last one the ``response``, text
+    deltas adding up to the response's text).
     """
     request = request or _HELLO
     name = getattr(provider, "name", None)
@@ -262,9 +264,9 @@ async def check_provider(provider: Any, request: ChatRequest | None = None) -> N
     await _lets_cancellation_through(
         "provider.cancellation", "complete()", lambda: provider.complete(request)
     )
-    stream = getattr(provider, "stream", None)
-    if callable(stream):
-        await _bounded("provider.stream", "stream()", lambda: _check_stream(stream, request))
+    stream = stream_opener(provider)
+    if stream is not None:
+        await _bounded("provider.stream", "open_stream()", lambda: _check_stream(stream, request))
 
 
 def _check_tool_calls(provider: Any, response: ChatResponse) -> None:

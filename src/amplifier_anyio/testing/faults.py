@@ -8,7 +8,7 @@ timing:
 - the n-th provider call of the session (counted from 0) may fail with a 429 carrying a
   ``Retry-After`` (`RateLimitError`), a 5xx
   (`ProviderUnavailableError`), a timeout
-  (`LLMTimeoutError`), or — a ``stream()`` call — a stream
+  (`LLMTimeoutError`), or — an ``open_stream()`` call — a stream
   cut after a few events (`StreamError`; a ``complete()``
   call gets a dropped connection, `NetworkError`). The error
   is the one the provider's HTTP layer raises once its own retries are spent;
@@ -50,6 +50,7 @@ from ..errors import (
 from ..events import CONTENT_BLOCK_DELTA, EXECUTION_START, PROVIDER_REQUEST, PROVIDER_RESPONSE
 from ..kernel._tracing import current_tool_call
 from ..models import ChatRequest, ChatResponse, ToolResult
+from ..runtime._streaming import stream_opener
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -304,8 +305,10 @@ class _FaultyProvider:
         self._inner = inner
         self._run = run
         self._name = name
-        if callable(getattr(inner, "stream", None)):
-            self.stream = self._stream
+        opener = stream_opener(inner)
+        if opener is not None:
+            self._opener = opener
+            self.open_stream = self._stream
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -330,7 +333,7 @@ class _FaultyProvider:
         await anyio.lowlevel.checkpoint()
         if fault is not None and fault.kind != "stream_cut":
             raise fault.error(self._name, streaming=True)
-        async with self._inner.stream(request, **kwargs) as events:
+        async with self._opener(request, **kwargs) as events:
             cut = fault.after_events if fault is not None else None
             relayed = _cut(events, cut, fault, self._name)
             try:
