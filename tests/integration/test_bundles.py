@@ -502,3 +502,19 @@ async def test_a_git_include_that_cannot_be_cloned_is_skipped_with_gits_reason(
     [warning] = resolved.warnings
     assert warning.startswith("bundle.yaml: includes: 'git+file://")
     assert "skipped: git clone failed: fatal:" in warning
+
+
+async def test_a_git_reference_that_is_no_url_is_a_warning_not_a_crash(tmp_path: Path) -> None:
+    root = write(
+        tmp_path,
+        {
+            "bundle.yaml": """
+                includes: ["git+nonsense"]
+                session: {orchestrator: loop-basic, context: context-simple}
+                """,
+        },
+    )
+    resolved = await resolve_plan_file(root / "bundle.yaml")
+    [warning] = resolved.warnings
+    assert "'git+nonsense' skipped: " in warning
+    assert "expected git+<scheme>://<location>" in warning

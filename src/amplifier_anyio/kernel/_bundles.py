@@ -34,6 +34,7 @@ ours (no upstream feature in it) comes back unchanged. The merge functions `comp
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -124,7 +125,7 @@ async def resolve_plan_file(
     upstream = target.suffix.lower() == ".md" or needs_resolution(data) or "session" not in data
     if not upstream:
         return ResolvedPlan(plan=data, upstream=False)
-    target = target.resolve()
+    target = Path(await anyio.Path(target).resolve())
     bundle = await resolver.document(target, data, body, chain=(target,))
     return resolver.result(bundle, origin=str(path))
 
@@ -327,7 +328,7 @@ class _Resolver:
         name = (meta or profile or {}).get("name")
         if isinstance(name, str) and name and name not in self.namespaces:
             root = (meta or {}).get("namespace_root")
-            self.namespaces[name] = (base / root).resolve() if isinstance(root, str) else base
+            self.namespaces[name] = _joined(base, root) if isinstance(root, str) else base
         own = self.own_parts(path, data, body)
         parent: dict[str, Any] = {}
         if profile is not None and profile.get("extends"):
@@ -421,11 +422,20 @@ class _Resolver:
         return await _find(base / await anyio.Path(ref).expanduser(), ref)
 
     async def git(self, ref: str) -> Path:
-        parsed = GitSource.parse(ref)
+        where = await self.fetch(ref)
+        return await _find(where, ref)
+
+    async def fetch(self, ref: str) -> Path:
+        """The local copy of a git reference: the whole repository cloned (its own bundle
+        names a namespace), then the ``subdirectory``, which may name a file."""
+        try:
+            parsed = GitSource.parse(ref)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
         whole = f"git+{parsed.url}" + (f"@{parsed.ref}" if parsed.ref else "")
         root = await fetch_git_source(whole, self.cache_dir)
         await self.register_root(root)
-        return await _find(root / parsed.subdirectory if parsed.subdirectory else root, ref)
+        return root / parsed.subdirectory if parsed.subdirectory else root
 
     async def register_root(self, root: Path) -> None:
         """A clone's own bundle names its namespace (``foundation:…`` in foundation)."""
@@ -450,12 +460,7 @@ class _Resolver:
             msg = f"{ref!r}: no bundle named {name!r} was loaded, and it is not a known name"
             raise ConfigError(msg)
         if is_git_source(known):
-            parsed = GitSource.parse(known)
-            whole = f"git+{parsed.url}" + (f"@{parsed.ref}" if parsed.ref else "")
-            where = await fetch_git_source(whole, self.cache_dir)
-            await self.register_root(where)
-            if parsed.subdirectory:
-                where = where / parsed.subdirectory
+            where = await self.fetch(known)
         else:
             where = Path(known.removeprefix("file://"))
         if await anyio.Path(where).is_file():
@@ -559,9 +564,9 @@ async def _find(path: Path, ref: str) -> Path:
     """``path``, or it with ``.yaml`` / ``.yml`` / ``.md``, or the bundle in it."""
     for candidate in (path, *(Path(f"{path}{suffix}") for suffix in (".yaml", ".yml", ".md"))):
         if await anyio.Path(candidate).is_file():
-            return candidate.resolve()
+            return Path(await anyio.Path(candidate).resolve())
         if await anyio.Path(candidate).is_dir():
-            return (await _document_path(candidate)).resolve()
+            return Path(await anyio.Path(await _document_path(candidate)).resolve())
     msg = f"{ref!r}: no such bundle ({path})"
     raise ConfigError(msg)
 
@@ -573,8 +578,13 @@ def _absolute_source(entry: Any, base: Path) -> Any:
         return entry
     source = entry.get("source")
     if isinstance(source, str) and source.startswith(("./", "../")):
-        return {**entry, "source": str((base / source).resolve())}
+        return {**entry, "source": str(_joined(base, source))}
     return dict(entry)
+
+
+def _joined(base: Path, relative: str) -> Path:
+    """``relative`` under ``base`` with ``.`` and ``..`` folded (no file system access)."""
+    return Path(os.path.normpath(base / relative))
 
 
 def _agent_definition(
