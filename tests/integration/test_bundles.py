@@ -18,13 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _agents_kit import Children, answer, calls, task, tool_results
 from typer.testing import CliRunner
 
-from amplifier_anyio import AmplifierSession, TurnStatus
+from amplifier_anyio import AmplifierSession, ChatRequest, ChatResponse, TurnStatus
 from amplifier_anyio.cli import app
 from amplifier_anyio.errors import ConfigError
 from amplifier_anyio.kernel import validate_plan
 from amplifier_anyio.kernel._bundles import compose, extend, resolve_plan_file
+from amplifier_anyio.providers.scripted import ScriptedProvider
 
 pytestmark = pytest.mark.anyio
 
@@ -518,3 +520,48 @@ async def test_a_git_reference_that_is_no_url_is_a_warning_not_a_crash(tmp_path:
     [warning] = resolved.warnings
     assert "'git+nonsense' skipped: " in warning
     assert "expected git+<scheme>://<location>" in warning
+
+
+async def test_an_included_agent_runs_with_its_own_instruction_not_the_bundles(
+    tmp_path: Path,
+) -> None:
+    bundle = write(
+        tmp_path,
+        {
+            "bundle.md": """
+                ---
+                bundle: {name: team}
+                session: {orchestrator: loop-basic, context: context-simple}
+                providers: [{module: provider-scripted, config: {}}]
+                tools: [{module: tool-task}]
+                agents: {include: [helper]}
+                ---
+                You are the team lead.
+                """,
+            "agents/helper.md": """
+                ---
+                meta: {name: helper, description: Helps.}
+                provider_preferences: [{provider: anthropic, model: claude-*}]
+                model_role: general
+                ---
+                You help.
+                """,
+        },
+    )
+    children = Children({"helper": [answer("helped")]})
+
+    def lead(request: ChatRequest) -> ChatResponse:
+        results = tool_results(request)
+        return answer(results[0]) if results else calls(task("helper"))
+
+    async with AmplifierSession(bundle / "bundle.md", strict=True) as session:
+        session.child_setup.append(children)
+        await session.coordinator.mount("providers", ScriptedProvider(lead), name="scripted")
+        result = await session.run("delegate it")
+        [child] = children.sessions
+        child_messages = await child.coordinator.get("context").get_messages()
+
+    assert result.status is TurnStatus.SUCCESS, result.error
+    assert json.loads(result.text)["response"] == "helped"
+    systems = [m["content"] for m in child_messages if m["role"] == "system"]
+    assert systems == ["You help."]  # the agent's, once; not the lead's

@@ -90,8 +90,19 @@ METADATA_FILENAME = "metadata.json"
 """Beside a persisted child's transcript: its id, parent, agent, lane and depth."""
 
 _SELF = "self"  # upstream's name for "a child with the parent's own plan"
-_OWN_KEYS = frozenset({"description", "instruction", "name", "meta", "system"})
-"""An agent's own keys (upstream's agent files add ``name``, ``meta``, ``system``)."""
+_OWN_KEYS = frozenset(
+    {
+        "description",
+        "instruction",
+        "name",
+        "meta",
+        "system",
+        "provider_preferences",
+        "model_role",
+    }
+)
+"""An agent's own keys (upstream's agent files add ``name``, ``meta``, ``system``,
+``provider_preferences`` and ``model_role``, which are not read here)."""
 _SECTIONS = frozenset(
     {"session", "orchestrator", "context", "providers", "tools", "hooks", "agents", "includes"}
 )
@@ -202,6 +213,8 @@ def merge_overlay(parent: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict
     # Tables the spawner may change are copied; the rest is shared with the parent (as
     # upstream's shallow merge does): a big provider script is not copied per child.
     merged: dict[str, Any] = dict(parent)
+    if agent_instruction(overlay) is not None:
+        merged.pop("instruction", None)  # the agent's system prompt, not the root's
     for key in _OWN_TABLES:
         if isinstance(merged.get(key), Mapping):
             merged[key] = _copy_tree(merged[key])
