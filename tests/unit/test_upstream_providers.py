@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -211,7 +212,7 @@ def test_our_providers_have_no_stream_attribute() -> None:
 async def test_a_view_dumps_every_field_like_pydantic() -> None:
     response = ChatResponse(
         content=[ThinkingBlock(thinking="t", signature="s"), TextBlock(text="hi")],
-        usage=Usage(input_tokens=1),
+        usage=Usage(input_tokens=1, cost_usd=Decimal("0.25")),
         finish_reason="stop",
     )
     view = UpstreamView(response)
@@ -223,13 +224,18 @@ async def test_a_view_dumps_every_field_like_pydantic() -> None:
         "reasoning_tokens": None,
         "cache_read_tokens": None,
         "cache_write_tokens": None,
+        "cost_usd": Decimal("0.25"),
     }
+    assert view.model_dump(mode="json")["usage"]["cost_usd"] == "0.25"  # pydantic's JSON form
+    upstream = models.ChatResponse.model_validate(view.model_dump())
+    assert upstream.usage.cost_usd == Decimal("0.25")
     assert view.content[0].model_dump(exclude_none=True) == {
         "type": "thinking",
         "thinking": "t",
         "signature": "s",
     }
-    assert json.loads(view.model_dump_json(exclude_none=True))["finish_reason"] == "stop"
+    dumped = json.loads(view.model_dump_json(exclude_none=True))
+    assert (dumped["finish_reason"], dumped["usage"]["cost_usd"]) == ("stop", "0.25")
     assert view.text == "hi"  # thinking never in the text
     assert unwrap(view) is response
     assert view == UpstreamView(response)

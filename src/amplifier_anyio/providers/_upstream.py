@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Awaitable, Callable, Mapping
+from decimal import Decimal
 from typing import Any, TypeVar, cast
 
 import attrs
@@ -105,16 +106,17 @@ class UpstreamView:
     def model_dump(
         self, *, mode: str = "python", exclude_none: bool = False, **_options: Any
     ) -> dict[str, Any]:
-        """Every field as plain data (pydantic's ``model_dump``: ``mode`` and other
-        options change nothing here, the values are JSON data already)."""
-        dumped: dict[str, Any] = _dump(unwrap(self), exclude_none=exclude_none)
+        """Every field as plain data, as pydantic's ``model_dump`` gives it: with
+        ``mode="json"`` a ``Decimal`` (``Usage.cost_usd``) is its text; other options
+        change nothing here."""
+        dumped: dict[str, Any] = _dump(unwrap(self), exclude_none=exclude_none, json=mode == "json")
         return dumped
 
     def model_dump_json(self, *, exclude_none: bool = False, **_options: Any) -> str:
-        """``model_dump()`` as JSON text."""
+        """``model_dump(mode="json")`` as JSON text."""
         import json  # noqa: PLC0415 - rarely asked for
 
-        return json.dumps(self.model_dump(exclude_none=exclude_none))
+        return json.dumps(self.model_dump(mode="json", exclude_none=exclude_none))
 
     def __eq__(self, other: object) -> bool:
         return bool(unwrap(self) == unwrap(other))
@@ -134,7 +136,9 @@ def _view(value: Any) -> Any:
     return value
 
 
-def _dump(value: Any, *, exclude_none: bool) -> Any:
+def _dump(value: Any, *, exclude_none: bool, json: bool) -> Any:
+    if json and isinstance(value, Decimal):
+        return str(value)
     if attrs.has(type(value)):
         fields: dict[str, Any] = {}
         tag = getattr(type(value), "type", None)
@@ -144,12 +148,12 @@ def _dump(value: Any, *, exclude_none: bool) -> Any:
             item = getattr(value, field.name)
             if item is None and exclude_none:
                 continue
-            fields[field.name] = _dump(item, exclude_none=exclude_none)
+            fields[field.name] = _dump(item, exclude_none=exclude_none, json=json)
         return fields
     if isinstance(value, list | tuple):
-        return [_dump(item, exclude_none=exclude_none) for item in value]
+        return [_dump(item, exclude_none=exclude_none, json=json) for item in value]
     if isinstance(value, dict):
-        return {k: _dump(v, exclude_none=exclude_none) for k, v in value.items()}
+        return {k: _dump(v, exclude_none=exclude_none, json=json) for k, v in value.items()}
     return value
 
 
