@@ -90,7 +90,7 @@ def streamed(events: list[dict[str, Any]]) -> httpx.Response:
 
 
 async def run_stream(p: OpenAIChatProvider, request: ChatRequest) -> list[dict[str, Any]]:
-    async with p.stream(request) as events:
+    async with p.open_stream(request) as events:
         return [e async for e in events]
 
 
