@@ -250,7 +250,7 @@ def test_chat_shows_sub_agents_compactly_and_sessions_show_draws_them(
 
 def priced_plan(max_cost: float) -> dict[str, Any]:
     """Every token costs one dollar; the root spends 2, its child 3."""
-    pricing = {"input_per_mtok": 1_000_000}
+    pricing = {"input_per_mtok": 1_000_000, "output_per_mtok": 0}
     task_call = {"id": "t0", "name": "task", "arguments": {"agent": "clerk", "instruction": "x"}}
     return {
         "session": {
