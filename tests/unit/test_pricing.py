@@ -175,7 +175,9 @@ async def test_a_stream_is_priced_too() -> None:
         "pricing": {"input_per_mtok": 2.5, "output_per_mtok": 10},
     }
     provider = OpenAIChatProvider(config, transport=transport)
-    async with provider.open_stream(ChatRequest(messages=[Message(role="user", content="x")])) as events:
+    async with provider.open_stream(
+        ChatRequest(messages=[Message(role="user", content="x")])
+    ) as events:
         final = [e async for e in events][-1]["response"]
     assert final.usage.cost_usd == Decimal("2.5")
     await provider.http.aclose()
