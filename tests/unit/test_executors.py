@@ -21,10 +21,11 @@ from amplifier_anyio.events import TOOL_POST
 from amplifier_anyio.executors.dask import DaskExecutor, DaskExecutorConfig
 from amplifier_anyio.kernel import MountPlan, validate_plan
 from amplifier_anyio.runtime import CANCELLED_MESSAGE, ProcessExecutor, ThreadExecutor
+from tiers import needs, optional
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, *needs("distributed")]
 
-distributed = pytest.importorskip("distributed", reason="the [dask] extra is not installed")
+distributed = optional("distributed")
 
 
 @pytest.fixture(scope="module")
