@@ -168,6 +168,7 @@ CASSETTE_TEST = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_the_cassette_fixture_records_once_and_replays_in_ci(tmp_path: Path) -> None:
     tests = tmp_path / "tests"
     tests.mkdir()

@@ -122,7 +122,7 @@ def test_conversation_shape_honours_its_arguments(conversation: list[dict[str, A
 def test_conversations_reach_big_and_small_contents() -> None:
     lengths: list[int] = []
 
-    @settings(max_examples=examples(30), database=None)
+    @settings(max_examples=30, database=None)  # enough draws to reach both ends
     @given(ast.conversations())
     def collect(conversation: list[dict[str, Any]]) -> None:
         lengths.extend(len(d["content"]) for d in conversation)

@@ -341,6 +341,7 @@ def markdown_rows(report: dict[str, Any]) -> list[str]:
     return [line for line in capture.get().splitlines() if line.startswith("|")]
 
 
+@pytest.mark.slow
 def test_an_overhead_below_zero_is_shown_as_noise(report: dict[str, Any]) -> None:
     noisy = copy.deepcopy(report)
     for case in noisy["fanout"] + noisy["batch"]:
@@ -355,6 +356,7 @@ def test_an_overhead_below_zero_is_shown_as_noise(report: dict[str, Any]) -> Non
     assert [row.split("|")[-2].strip() for row in rows].count(BELOW_NOISE) == 2
 
 
+@pytest.mark.slow
 def test_a_busy_machine_is_named_beside_each_missed_target(report: dict[str, Any]) -> None:
     busy = copy.deepcopy(report)
     busy["machine_busy"] = {"load": 3.46, "cores": 2}
@@ -388,6 +390,7 @@ def test_the_load_peak_of_a_run_is_compared_with_the_cores(
     assert (watch.busy(cores=2) is not None) is busy
 
 
+@pytest.mark.slow
 def test_bench_warns_on_stderr_when_the_machine_was_busy(monkeypatch: pytest.MonkeyPatch) -> None:
     cores = os.cpu_count() or 1
     monkeypatch.setattr(os, "getloadavg", lambda: (cores + 1.5, 0.0, 0.0))
