@@ -14,13 +14,15 @@ import shutil
 import sys
 from pathlib import Path
 
-import pexpect
 import pytest
 from typer.testing import CliRunner, Result
 
 from amplifier_anyio.cli import app
 from amplifier_anyio.contexts import _store
 from amplifier_anyio.contexts.persistent import amplifier_home, default_path
+from tiers import needs, optional
+
+pexpect = optional("pexpect")
 
 IDS = {
     "older": "1111aaaa-0000-4000-8000-000000000001",
@@ -185,6 +187,7 @@ def test_rm_without_a_terminal_or_yes_refuses_and_deletes_nothing(project: Path)
     assert directory.is_dir()
 
 
+@needs("pexpect")
 @pytest.mark.parametrize(("answer", "kept"), [("n", True), ("", True), ("y", False)])
 def test_rm_on_a_terminal_asks_first(project: Path, answer: str, kept: bool) -> None:
     directory = default_path(IDS["older"], project).parent

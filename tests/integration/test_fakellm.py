@@ -33,7 +33,6 @@ prompt of its own (a fresh uuid) and its rules count turns from 1.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import signal
 import socket
@@ -55,8 +54,9 @@ from amplifier_anyio.providers import RetryPolicy
 from amplifier_anyio.providers.anthropic import AnthropicProvider
 from amplifier_anyio.providers.openai import OpenAIChatProvider
 from amplifier_anyio.testing import EventRecorder
+from tiers import needs
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, *needs("fakellm")]
 
 PROVIDERS = ("openai", "anthropic")
 WEATHER_ARGS = {"city": "Paris", "unit": "celsius"}
@@ -120,8 +120,6 @@ def accepts(port: int) -> bool:
 @pytest.fixture(scope="module")
 def fakellm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``http://127.0.0.1:<port>`` of a fakellm server run as a subprocess for this module."""
-    if importlib.util.find_spec("fakellm") is None:
-        pytest.skip("fakellm is not installed (it is in the test extra: pip install -e '.[test]')")
     home = tmp_path_factory.mktemp("fakellm")
     config = home / "fakellm.yaml"
     config.write_text(RULES)

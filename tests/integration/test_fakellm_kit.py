@@ -11,7 +11,6 @@ own server between recording and replaying, as a CI run has no server.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import socket
@@ -32,8 +31,9 @@ from amplifier_anyio.providers.anthropic import AnthropicProvider
 from amplifier_anyio.providers.openai import OpenAIChatProvider
 from amplifier_anyio.testing import EventRecorder
 from amplifier_anyio.testing.conformance import check_provider
+from tiers import needs
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, *needs("fakellm")]
 
 WEATHER_OUT = "sunny-18c-paris"
 TIME_OUT = "clock-14h05-cet"
@@ -81,8 +81,6 @@ class Server:
     """A fakellm subprocess on 127.0.0.1."""
 
     def __init__(self, home: Path) -> None:
-        if importlib.util.find_spec("fakellm") is None:
-            pytest.skip("fakellm is not installed (it is in the test extra)")
         config = home / "fakellm.yaml"
         config.write_text(RULES)
         self.port = free_port()

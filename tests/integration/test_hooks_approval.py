@@ -230,6 +230,7 @@ def test_bad_config_is_one_line_naming_the_key(config: dict[str, Any], key: str)
 
 
 # -- the console system on a pseudo-terminal --------------------------------------------------
+# The CLI in a subprocess on a pty (a second or two each): the full tier (marked slow).
 
 CONSOLE_PLAN = """\
 session: {orchestrator: loop-basic, context: context-simple}
@@ -308,6 +309,7 @@ def console(tmp_path: Path) -> Any:
             terminal.process.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_console_allow_once_on_a_terminal(console: Any, backend: str) -> None:
     terminal = console(300, "--backend", backend)
@@ -322,6 +324,7 @@ def test_console_allow_once_on_a_terminal(console: Any, backend: str) -> None:
     assert b"finished" in terminal.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_console_deny_on_a_terminal(console: Any, backend: str) -> None:
     terminal = console(300, "--backend", backend)
@@ -332,6 +335,7 @@ def test_console_deny_on_a_terminal(console: Any, backend: str) -> None:
     assert b"finished" in terminal.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_console_unclear_answer_denies(console: Any, backend: str) -> None:
     terminal = console(300, "--backend", backend)
@@ -341,6 +345,7 @@ def test_console_unclear_answer_denies(console: Any, backend: str) -> None:
     assert b"tool:post" not in terminal.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_console_silence_takes_the_default(console: Any, backend: str) -> None:
     terminal = console(0.5, "--backend", backend)
@@ -350,6 +355,7 @@ def test_console_silence_takes_the_default(console: Any, backend: str) -> None:
     assert b"tool:post" not in terminal.output
 
 
+@pytest.mark.slow
 def test_without_a_terminal_approvals_fail_closed(tmp_path: Path) -> None:
     (tmp_path / "plan.yaml").write_text(CONSOLE_PLAN % 300)
     done = subprocess.run(

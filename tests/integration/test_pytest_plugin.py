@@ -1,5 +1,8 @@
 """Installing amplifier_anyio gives an outside project's pytest the Hypothesis settings
-the strategies need, unless that project chose its own profile."""
+the strategies need, unless that project chose its own profile.
+
+Each outside pytest is a fresh interpreter loading every installed plugin (seconds each):
+those tests are in the full tier (marked slow)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 OUTSIDER_TEST = textwrap.dedent(
     """
@@ -76,6 +81,7 @@ def test_the_plugin_is_registered_with_pytest() -> None:
     assert [ep.value for ep in found] == ["amplifier_anyio.testing.pytest_plugin"]
 
 
+@pytest.mark.slow
 def test_an_outside_project_gets_the_relaxed_profile(tmp_path: Path) -> None:
     (tmp_path / "test_outsider.py").write_text(OUTSIDER_TEST, encoding="utf-8")
     result = run_pytest(tmp_path)
@@ -84,6 +90,7 @@ def test_an_outside_project_gets_the_relaxed_profile(tmp_path: Path) -> None:
     assert "SUPPRESSED ['data_too_large', 'large_base_example', 'too_slow']" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_project_profile_wins_and_the_plugin_can_be_turned_off(tmp_path: Path) -> None:
     (tmp_path / "test_outsider.py").write_text(OUTSIDER_TEST, encoding="utf-8")
     (tmp_path / "conftest.py").write_text(
@@ -100,6 +107,7 @@ def test_a_project_profile_wins_and_the_plugin_can_be_turned_off(tmp_path: Path)
     assert "PROFILE amplifier-anyio-ci\n" in chosen.stdout, chosen.stdout + chosen.stderr
 
 
+@pytest.mark.slow
 def test_on_a_ci_runner_the_plugin_replaces_hypothesis_own_ci_profile(tmp_path: Path) -> None:
     (tmp_path / "test_outsider.py").write_text(OUTSIDER_TEST, encoding="utf-8")
     result = run_pytest(tmp_path, ci=True)
@@ -110,6 +118,7 @@ def test_on_a_ci_runner_the_plugin_replaces_hypothesis_own_ci_profile(tmp_path: 
     assert "PROFILE ci\n" in off.stdout
 
 
+@pytest.mark.slow
 def test_a_project_ci_profile_is_kept_on_a_ci_runner(tmp_path: Path) -> None:
     (tmp_path / "test_outsider.py").write_text(OUTSIDER_TEST, encoding="utf-8")
     (tmp_path / "conftest.py").write_text(
@@ -159,6 +168,7 @@ CASSETTE_TEST = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_the_cassette_fixture_records_once_and_replays_in_ci(tmp_path: Path) -> None:
     tests = tmp_path / "tests"
     tests.mkdir()

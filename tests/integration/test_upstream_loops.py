@@ -24,12 +24,11 @@ import test_fakellm as fakellm
 from amplifier_anyio import AmplifierSession, TurnStatus
 from amplifier_anyio.errors import RateLimitError
 from amplifier_anyio.testing import EventRecorder
+from tiers import needs, optional
 
-upstream_errors = pytest.importorskip(
-    "amplifier_core.llm_errors", reason="the upstream loops need amplifier-core"
-)
+upstream_errors = optional("amplifier_core.llm_errors")
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, *needs("amplifier_core", "fakellm")]
 
 fakellm_url = fakellm.fakellm_url  # its server, its rules
 

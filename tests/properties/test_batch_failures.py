@@ -44,6 +44,7 @@ from amplifier_anyio.models import ChatResponse, HookResult, TextBlock, ToolCall
 from amplifier_anyio.orchestrators import LoopBasicOrchestrator
 from amplifier_anyio.providers.scripted import ScriptedProvider
 from amplifier_anyio.testing import MockContextManager, MockCoordinator
+from tiers import examples
 
 pytestmark = pytest.mark.anyio
 
@@ -459,7 +460,7 @@ def label(scenario: Scenario) -> None:
         event(f"has {kind}")
 
 
-@settings(max_examples=settings().max_examples * 5)
+@settings(max_examples=examples(500))
 @given(scenario=scenarios())
 async def test_each_call_gets_exactly_its_own_result(
     anyio_backend: tuple[str, dict[str, object]], scenario: Scenario

@@ -31,6 +31,7 @@ from amplifier_anyio import AmplifierSession, TurnStatus
 from amplifier_anyio.events import PROVIDER_HEDGE_SETTLED
 from amplifier_anyio.providers.openai import OpenAIChatProvider
 from amplifier_anyio.testing import EventRecorder
+from tiers import examples
 
 pytestmark = pytest.mark.anyio
 
@@ -113,7 +114,7 @@ scenario = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(draw=scenario)
 async def test_hedged_requests_end_with_one_answer_and_nothing_left(draw: dict[str, Any]) -> None:
     stream = draw["stream"]

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from amplifier_anyio.contexts import ContextFileError, PersistentContextManager
 from amplifier_anyio.contexts._jsonl import read_lines
+from tiers import examples
 
 pytestmark = pytest.mark.anyio
 
@@ -67,7 +68,7 @@ _MESSAGES = st.builds(
 
 
 @given(messages=st.lists(_MESSAGES, max_size=8), blank=st.booleans(), torn=st.booleans())
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 def test_the_reader_gives_each_line_and_its_length(
     tmp_path_factory: Any, messages: list[dict[str, Any]], blank: bool, torn: bool
 ) -> None:

@@ -37,12 +37,13 @@ from amplifier_anyio.providers._upstream import UpstreamView, unwrap, upstream_e
 from amplifier_anyio.providers.anthropic import AnthropicProvider
 from amplifier_anyio.providers.openai import OpenAIChatProvider
 from amplifier_anyio.providers.scripted import ScriptedProvider
+from tiers import needs, optional
 
-core = pytest.importorskip("amplifier_core", reason="the upstream values need amplifier-core")
-models = pytest.importorskip("amplifier_core.message_models")
-llm_errors = pytest.importorskip("amplifier_core.llm_errors")
+core = optional("amplifier_core")
+models = optional("amplifier_core.message_models")
+llm_errors = optional("amplifier_core.llm_errors")
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, *needs("amplifier_core")]
 
 CALL = {"id": "c1", "name": "get_weather", "arguments": {"city": "Paris", "unit": None}}
 
