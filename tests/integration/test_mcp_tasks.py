@@ -41,8 +41,9 @@ from amplifier_anyio.mcp_tasks import (
 )
 from amplifier_anyio.models import ChatResponse, TextBlock
 from amplifier_anyio.providers.scripted import ScriptedProvider
+from tiers import needs
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, *needs("mcp", "mcp_types")]
 
 SERVER = str(Path(__file__).with_name("_mcp_test_server.py"))
 ENTRY = "from amplifier_anyio.cli import main; main()"
