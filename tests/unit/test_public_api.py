@@ -31,7 +31,7 @@ def _public_module_names() -> list[str]:
 
 
 PUBLIC_MODULES = _public_module_names()
-FULL_TIER = {"amplifier_anyio.tools.mcp": "mcp"}
+FULL_TIER = {"amplifier_anyio.tools.mcp": "mcp", "amplifier_anyio.mcp_tasks": "mcp"}
 """Public modules that import a package of the test-full extra, and the package."""
 MODULE_PARAMS = [
     pytest.param(name, marks=needs(FULL_TIER[name])) if name in FULL_TIER else name
