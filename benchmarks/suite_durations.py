@@ -20,7 +20,9 @@ from pathlib import Path
 
 
 def node_id(classname: str, name: str) -> str:
-    """``tests.unit.test_x.TestY`` + ``test_z[trio]`` -> ``tests/unit/test_x.py::TestY::test_z[trio]``."""
+    """A JUnit class name and test name, as pytest writes them, back to a node id:
+    ``tests.unit.test_x.TestY`` + ``test_z[trio]`` -> ``tests/unit/test_x.py::TestY::test_z[trio]``.
+    """
     parts = classname.split(".")
     cut = next((i for i, part in enumerate(parts) if part.startswith("test_")), len(parts) - 1)
     path = "/".join(parts[: cut + 1]) + ".py"
@@ -96,13 +98,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     markers = read_markers(args.marker)
 
     def directory(nodeid: str) -> str:
-        return nodeid.split("::")[0].rsplit("/", 1)[0] + "/"
+        return nodeid.split("::", maxsplit=1)[0].rsplit("/", 1)[0] + "/"
 
     def marker(nodeid: str) -> str:
         return next((name for name, ids in markers if nodeid in ids), "(none)")
 
     def file(nodeid: str) -> str:
-        return nodeid.split("::")[0]
+        return nodeid.split("::", maxsplit=1)[0]
 
     print(table("directory", {r: group(t, directory) for r, t in runs.items()}))
     if markers:
