@@ -106,7 +106,10 @@ async def _read_request(stream: SocketStream, number: int) -> Request | None:
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
     size = int(headers.get("content-length", "0"))
-    raw = await buffered.receive_exactly(size) if size else b""
+    try:
+        raw = await buffered.receive_exactly(size) if size else b""
+    except (anyio.EndOfStream, anyio.IncompleteRead):
+        return None  # the client left mid-request (a hedged request's loser, cancelled)
     body = json.loads(raw) if raw else None
     return Request(method=method, path=path, headers=headers, body=body, number=number)
 
