@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import collections
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -48,11 +48,11 @@ def read_markers(specs: Sequence[str]) -> list[tuple[str, set[str]]]:
     return markers
 
 
-def group(times: dict[str, float], key: object) -> dict[str, tuple[int, float]]:
+def group(times: dict[str, float], key: Callable[[str], str]) -> dict[str, tuple[int, float]]:
     counts: collections.Counter[str] = collections.Counter()
-    seconds: collections.Counter[str] = collections.Counter()
+    seconds: dict[str, float] = collections.defaultdict(float)
     for nodeid, duration in times.items():
-        label = key(nodeid)  # type: ignore[operator]
+        label = key(nodeid)
         counts[label] += 1
         seconds[label] += duration
     return {label: (counts[label], seconds[label]) for label in counts}
