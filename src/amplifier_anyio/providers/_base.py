@@ -24,7 +24,7 @@ from ..config_schema import Setting
 from ..errors import ConfigError, LLMError, MalformedResponseError
 from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall
 from ..models._validators import number
-from ._http import HookEmitter, HTTPClient, RetryPolicy, error_from_payload
+from ._http import HookEmitter, HTTPClient, RetryPolicy, drain, error_from_payload
 from ._sse import SSEEvent
 from .pricing import PriceTable
 
@@ -41,6 +41,8 @@ __all__ = (
     "ProviderSettings",
     "HTTPProvider",
     "decode_stream_object",
+    "EventStream",
+    "stream_items",
     "malformed_guard",
     "text_field",
     "header_value",
@@ -441,3 +443,62 @@ async def mount_provider(
             await provider.http.aclose()
         raise
     return provider.http.aclose
+
+
+class EventStream(Protocol):
+    """What `stream_items` drives: an API's stream events decoded, turned into our stream
+    items, and the items that end it."""
+
+    end_event: str
+    """The API's name for the event that ends a whole stream (for the error without it)."""
+
+    def decode(self, event: SSEEvent, *, provider: str, model: str) -> dict[str, Any] | None:
+        """The event's JSON object; None to skip it (a ping); an LLMError for an error event."""
+
+    def handle(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """Our stream items for one event."""
+
+    def ended(self) -> bool:
+        """Whether the ending event has come."""
+
+    def closing(self) -> list[dict[str, Any]]:
+        """The last items: what is still open, then the ``response``."""
+
+
+async def stream_items(
+    sse: AsyncIterator[SSEEvent], state: EventStream, *, provider: str, model: str
+) -> AsyncGenerator[dict[str, Any], None]:
+    """Our stream items for an API's event stream, the ``response`` last.
+
+    An error event or a malformed one ends the stream with its LLMError, raised after the
+    rest of the stream is drained (so nothing under it is left to the garbage collector);
+    a stream that ends before its ending event is an error too.
+    """
+    failure: LLMError | None = None
+    async for event in sse:
+        try:
+            data = state.decode(event, provider=provider, model=model)
+            if data is None:
+                continue
+            with malformed_guard(provider, model, "a stream event"):
+                items = state.handle(data)
+        except LLMError as exc:
+            failure = exc
+            break
+        for item in items:
+            yield item
+        if state.ended():
+            break
+    await drain(sse)
+    if failure is not None:
+        raise failure
+    if not state.ended():
+        raise error_from_payload(
+            {"error": {"message": f"the stream ended before {state.end_event}"}},
+            provider=provider,
+            model=model,
+        )
+    with malformed_guard(provider, model, "a stream"):
+        items = state.closing()
+    for item in items:
+        yield item

@@ -35,11 +35,10 @@ from ..models import (
     Usage,
     structure,
 )
-from ._base import decode_stream_object, malformed_guard, text_field
+from ._base import decode_stream_object, stream_items, text_field
 from ._http import (
     TRUNCATING_FINISH_REASONS,
     decode_tool_arguments,
-    drain,
     encode_tool_arguments,
     error_from_payload,
     tool_output_text,
@@ -372,6 +371,8 @@ _TERMINAL: Final = ("response.completed", "response.incomplete")
 class _StreamState:
     """The output items as the events build them, by ``output_index``."""
 
+    end_event = "response.completed"
+
     def __init__(self) -> None:
         self.ours: dict[int, int] = {}  # output_index -> our block index
         self.items: dict[int, dict[str, Any]] = {}  # as added, then as done
@@ -379,6 +380,22 @@ class _StreamState:
         self.arguments: dict[int, list[str]] = {}
         self.texts: dict[int, list[str]] = {}
         self.final: Mapping[str, Any] | None = None
+
+    def decode(self, event: SSEEvent, *, provider: str, model: str) -> dict[str, Any]:
+        data = decode_stream_object(event.data, noun="event", provider=provider, model=model)
+        kind = data.get("type")
+        if kind == "error":
+            raise _failure({"error": data}, provider=provider, model=model)
+        if kind == "response.failed":
+            raise _failure(data.get("response") or {}, provider=provider, model=model)
+        return data
+
+    def ended(self) -> bool:
+        return self.final is not None
+
+    def closing(self) -> list[dict[str, Any]]:
+        response, ends = self.response()
+        return [*ends, {"type": "response", "response": response}]
 
     def handle(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
         kind = data.get("type")
@@ -466,43 +483,8 @@ class _StreamState:
         return _response_of(items, final, raw or None), ends
 
 
-async def responses_stream_events(
+def responses_stream_events(
     sse: AsyncIterator[SSEEvent], *, provider: str, model: str
 ) -> AsyncGenerator[dict[str, Any], None]:
     """Our stream events for a Responses event stream; the last is ``response``."""
-    state = _StreamState()
-    failure: LLMError | None = None
-    async for event in sse:
-        try:
-            data = decode_stream_object(event.data, noun="event", provider=provider, model=model)
-            kind = data.get("type")
-            if kind == "error":
-                raise _failure({"error": data}, provider=provider, model=model)
-            if kind == "response.failed":
-                raise _failure(data.get("response") or {}, provider=provider, model=model)
-        except LLMError as exc:
-            failure = exc
-            break
-        try:
-            with malformed_guard(provider, model, "a stream event"):
-                items = state.handle(data)
-        except LLMError as exc:
-            failure = exc
-            break
-        for item in items:
-            yield item
-        if state.final is not None:
-            break
-    await drain(sse)
-    if failure is not None:
-        raise failure
-    if state.final is None:
-        raise error_from_payload(
-            {"error": {"message": "the stream ended before response.completed"}},
-            provider=provider,
-            model=model,
-        )
-    with malformed_guard(provider, model, "a stream"):
-        response, ends = state.response()
-    for item in [*ends, {"type": "response", "response": response}]:
-        yield item
+    return stream_items(sse, _StreamState(), provider=provider, model=model)

@@ -23,7 +23,7 @@ import attrs
 import httpx
 
 from ..config_schema import ConfigSchema, Setting
-from ..errors import ConfigError, InvalidRequestError, LLMError
+from ..errors import ConfigError, InvalidRequestError
 from ..models import (
     ChatRequest,
     ChatResponse,
@@ -53,6 +53,7 @@ from ._base import (
     header_value,
     malformed_guard,
     mount_provider,
+    stream_items,
     text_field,
 )
 from ._http import (
@@ -60,7 +61,6 @@ from ._http import (
     TRUNCATING_FINISH_REASONS,
     HookEmitter,
     decode_tool_arguments,
-    drain,
     error_from_payload,
     truncated_arguments,
 )
@@ -601,6 +601,22 @@ _KINDS: Final = {
 class _StreamState:
     """The message as ``message_start`` / ``content_block_*`` / ``message_delta`` build it."""
 
+    end_event = "message_stop"
+
+    def decode(self, event: SSEEvent, *, provider: str, model: str) -> dict[str, Any] | None:
+        if event.event == "ping":
+            return None
+        data = decode_stream_object(event.data, noun="event", provider=provider, model=model)
+        if data.get("type") == "error" or event.event == "error":
+            raise error_from_payload(data, provider=provider, model=model)
+        return data
+
+    def ended(self) -> bool:
+        return self.stopped
+
+    def closing(self) -> list[dict[str, Any]]:
+        return [*self.close_open_blocks(), {"type": "response", "response": self.response()}]
+
     def __init__(self) -> None:
         self.message: dict[str, Any] = {}
         self.usage: dict[str, Any] = {}
@@ -727,44 +743,10 @@ class _StreamState:
         )
 
 
-async def _stream_events(
+def _stream_events(
     sse: AsyncIterator[SSEEvent], *, provider: str, model: str
 ) -> AsyncGenerator[dict[str, Any], None]:
-    state = _StreamState()
-    failure: LLMError | None = None
-    async for event in sse:
-        if event.event == "ping":
-            continue
-        try:
-            data = decode_stream_object(event.data, noun="event", provider=provider, model=model)
-            if data.get("type") == "error" or event.event == "error":
-                raise error_from_payload(data, provider=provider, model=model)
-        except LLMError as exc:
-            failure = exc
-            break
-        try:
-            with malformed_guard(provider, model, "a stream event"):
-                items = state.handle(data)
-        except LLMError as exc:
-            failure = exc
-            break
-        for item in items:
-            yield item
-        if state.stopped:
-            break
-    await drain(sse)
-    if failure is not None:
-        raise failure
-    if not state.stopped:
-        raise error_from_payload(
-            {"error": {"message": "the stream ended before message_stop"}},
-            provider=provider,
-            model=model,
-        )
-    with malformed_guard(provider, model, "a stream"):
-        items = [*state.close_open_blocks(), {"type": "response", "response": state.response()}]
-    for item in items:
-        yield item
+    return stream_items(sse, _StreamState(), provider=provider, model=model)
 
 
 # -- module entry point ---------------------------------------------------------------
