@@ -12,11 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from amplifier_anyio.contexts import SimpleContextManager, is_compaction_notice
-from amplifier_anyio.contexts._messages import estimate_tokens
+from amplifier_anyio.contexts._messages import estimate_tokens, to_model
 from amplifier_anyio.contexts.simple import mount
 from amplifier_anyio.errors import ConfigError, ValidationError
 from amplifier_anyio.events import CONTEXT_POST_COMPACT, CONTEXT_PRE_COMPACT
-from amplifier_anyio.models import ProviderInfo
+from amplifier_anyio.models import Message, ProviderInfo, structure
 from amplifier_anyio.testing import EventRecorder, MockCoordinator
 
 pytestmark = pytest.mark.anyio
@@ -84,6 +84,26 @@ def test_the_default_estimate_is_a_quarter_of_the_compact_json(message: dict[Any
     text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
 
     assert estimate_tokens(message) == max(1, (len(text) + 3) // 4)
+
+
+@given(
+    st.sampled_from(["system", "user", "assistant", "tool", "developer", "nobody"]),
+    st.dictionaries(st.sampled_from(["content", "name", "tool_call_id", "extra"]), st.text()),
+)
+def test_a_message_of_strings_converts_as_the_converter_converts_it(
+    role: str, fields: dict[str, str]
+) -> None:
+    message = {"role": role, **fields}
+    try:
+        expected: Message | str = structure(message, Message)
+    except ValidationError as exc:
+        expected = str(exc)
+    try:
+        got: Message | str = to_model(message)
+    except ValidationError as exc:
+        got = str(exc)
+
+    assert got == expected
 
 
 async def test_set_messages_and_clear() -> None:

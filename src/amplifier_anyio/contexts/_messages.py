@@ -185,8 +185,24 @@ def _normalise(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "tool_calls": fixed}
 
 
+_STRING_FIELDS = frozenset({"role", "content", "name", "tool_call_id"})
+"""The fields of a Message that a message of strings only can set."""
+
+
 def to_model(message: dict[str, Any]) -> Message:
     """The [`Message`][amplifier_anyio.Message] of a context's message dict."""
+    if message.__class__ is dict:
+        # A tool result or a prompt (strings in Message's string fields): built directly,
+        # the same Message the converter builds, without its per-field machinery. A
+        # message it refuses goes to the converter, which says what is wrong.
+        for key, value in message.items():
+            if value.__class__ is not str or key not in _STRING_FIELDS:
+                break
+        else:
+            try:
+                return Message(**message)
+            except (TypeError, ValueError):
+                pass
     converted: Message = structure(_normalise(message), Message)
     return converted
 
@@ -200,5 +216,4 @@ def stored_model(message: dict[str, Any]) -> Message:
     for value in message.values():
         if value.__class__ is not str:
             return to_model(copy_message(message))
-    converted: Message = structure(message, Message)
-    return converted
+    return to_model(message)
