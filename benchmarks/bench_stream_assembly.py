@@ -72,7 +72,7 @@ async def assemble(kind: str, body: bytes) -> float:
         provider = AnthropicProvider({"api_key": "k", "base_url": "http://b"}, transport=transport)
     started = time.perf_counter()
     try:
-        async with provider.stream(REQUEST) as events:
+        async with provider.open_stream(REQUEST) as events:
             async for event in events:
                 if event["type"] == "response":
                     final = event["response"]

@@ -18,8 +18,10 @@ if TYPE_CHECKING:
     from .errors import (
         AmplifierError,
         ApprovalDeferred,
+        CassetteMismatchError,
         ConfigError,
         ContextWriteError,
+        DelegationError,
         LLMError,
         ModuleLoadError,
         ModuleNotFoundError,
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
         TurnStatus,
         current_tool_call,
         current_trace_id,
+        current_turn,
         validate_plan,
     )
     from .models import (
@@ -67,8 +70,10 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "AmplifierError": "errors",
     "ApprovalDeferred": "errors",
+    "CassetteMismatchError": "errors",
     "ConfigError": "errors",
     "ContextWriteError": "errors",
+    "DelegationError": "errors",
     "LLMError": "errors",
     "ModuleLoadError": "errors",
     "ModuleNotFoundError": "errors",
@@ -92,6 +97,7 @@ _LAZY: dict[str, str] = {
     "TurnStatus": "kernel",
     "current_tool_call": "kernel",
     "current_trace_id": "kernel",
+    "current_turn": "kernel",
     "validate_plan": "kernel",
     "ChatRequest": "models",
     "ChatResponse": "models",
@@ -135,6 +141,7 @@ __all__ = (
     "ToolCallContext",
     "current_tool_call",
     "current_trace_id",
+    "current_turn",
     # tools
     "Claims",
     # models
@@ -157,7 +164,9 @@ __all__ = (
     "ApprovalDeferred",
     "ValidationError",
     "SessionError",
+    "DelegationError",
     "ModuleNotFoundError",
     "ModuleLoadError",
     "LLMError",
+    "CassetteMismatchError",
 )

@@ -17,8 +17,11 @@ AmplifierError
 ├── ApprovalTimeoutError .............. an approval system gave no answer in time
 ├── ApprovalDeferred .................. a tool call put on hold until someone approves it
 ├── SessionError (+ RuntimeError) ..... a session used in the wrong state
+├── DelegationError (+ ValueError) .... a sub-agent that cannot be spawned or resumed
 ├── MCPServerError .................... an MCP server (tool-mcp) could not be started
 ├── OrchestrationError ................ a lifecycle orchestration failed (stage, context, cause)
+├── CassetteMismatchError ............. a replayed run asked what its recording did not
+├── ConformanceError (+ AssertionError)  a module broke a rule of its contract (testing)
 └── LLMError .......................... a provider call failed
     ├── RateLimitError
     │   └── QuotaExceededError
@@ -68,8 +71,11 @@ __all__ = (
     "InjectionTooLargeError",
     "ApprovalTimeoutError",
     "SessionError",
+    "DelegationError",
     "MCPServerError",
     "OrchestrationError",
+    "CassetteMismatchError",
+    "ConformanceError",
     "LLMError",
     "RateLimitError",
     "QuotaExceededError",
@@ -200,6 +206,12 @@ class SessionError(AmplifierError, RuntimeError):
     """A session was used in a state that does not allow the call."""
 
 
+class DelegationError(AmplifierError, ValueError):
+    """A sub-agent cannot be spawned or resumed (§14): an agent the plan does not have,
+    delegation deeper than ``session.max_agent_depth``, a sub-session id that names no
+    child of the session. tool-task answers it as the call's error result."""
+
+
 class MCPServerError(AmplifierError):
     """An MCP server of tool-mcp could not be started: one line naming the server and the
     cause (``MCP server 'time' failed to start: ...``); the cause is the ``__cause__``."""
@@ -245,6 +257,49 @@ class OrchestrationError(AmplifierError):
             f"OrchestrationError(stage={str(self.stage)!r}, message={self.message!r}, "
             f"trace_id={self.context.trace_id!r}, recoverable={self.recoverable!r})"
         )
+
+
+class CassetteMismatchError(AmplifierError):
+    """A run replayed from a cassette (`amplifier_anyio.testing.cassette`) made a
+    call its recording does not have: the request differs from the recorded one, or the
+    lane has no recorded call left.
+
+    ``lane`` is the session's lane (``root``, a sub-agent's ``root/<agent>``), ``ordinal``
+    the 0-based number of the call in that lane (for a tool, its call id), ``path`` the
+    first JSON path where the request differs (``messages[1].content``; None past the
+    end of the lane). The message names all three in one line.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        lane: str,
+        ordinal: int | str,
+        path: str | None = None,
+        recorded: Any = None,
+        actual: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.lane = lane
+        self.ordinal = ordinal
+        self.path = path
+        self.recorded = recorded
+        self.actual = actual
+
+
+class ConformanceError(AmplifierError, AssertionError):
+    """A module breaks a rule of its contract (`amplifier_anyio.testing.conformance`).
+
+    ``rule`` is the rule's short name (``tool.cancellation``); the message starts with it
+    and says what the module did instead. An ``AssertionError``, so pytest shows it as a
+    failed check rather than an error in the test.
+    """
+
+    def __init__(self, rule: str, problem: str) -> None:
+        super().__init__(f"{rule}: {problem}")
+        self.rule = rule
+        self.problem = problem
 
 
 class LLMError(AmplifierError):

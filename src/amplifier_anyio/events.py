@@ -5,7 +5,11 @@ Every name of upstream Amplifier's ``ALL_EVENTS`` (same strings, same order), fo
 the events amplifier_anyio adds: ``session:config`` (upstream emits it but does not list it),
 the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``, the tool batch's
 ``tool:waiting`` (a call waits for an earlier call whose claims conflict with its own; see
-``docs/concurrency.md``), and loop-lifecycle's
+``docs/concurrency.md``), tool-task's ``task:agent_spawned`` / ``task:agent_resumed`` /
+``task:agent_completed`` (upstream's tool-task emits them too; ``docs/agents.md``),
+the provider policy's ``provider:failover`` / ``provider:hedge`` /
+``provider:hedge_settled`` and the prompt-cache report ``provider:cache`` (see
+``docs/providers.md``), and loop-lifecycle's
 stage events ``lifecycle:<stage>`` (`LIFECYCLE_EVENTS`). Names follow
 ``namespace:action[:detail]`` in lower case; each constant is the upper snake case of its
 string.
@@ -70,6 +74,13 @@ __all__ = (
     "TOOL_SELECTING",
     "TOOL_SELECTED",
     "TOOL_WAITING",
+    "TASK_AGENT_SPAWNED",
+    "TASK_AGENT_RESUMED",
+    "TASK_AGENT_COMPLETED",
+    "PROVIDER_FAILOVER",
+    "PROVIDER_HEDGE",
+    "PROVIDER_HEDGE_SETTLED",
+    "PROVIDER_CACHE",
     "LIFECYCLE_INITIALIZE",
     "LIFECYCLE_PLAN",
     "LIFECYCLE_ROUTE",
@@ -131,6 +142,13 @@ SESSION_CONFIG: Final = "session:config"
 TOOL_SELECTING: Final = "tool:selecting"
 TOOL_SELECTED: Final = "tool:selected"
 TOOL_WAITING: Final = "tool:waiting"
+TASK_AGENT_SPAWNED: Final = "task:agent_spawned"
+TASK_AGENT_RESUMED: Final = "task:agent_resumed"
+TASK_AGENT_COMPLETED: Final = "task:agent_completed"
+PROVIDER_FAILOVER: Final = "provider:failover"
+PROVIDER_HEDGE: Final = "provider:hedge"
+PROVIDER_HEDGE_SETTLED: Final = "provider:hedge_settled"
+PROVIDER_CACHE: Final = "provider:cache"
 LIFECYCLE_INITIALIZE: Final = "lifecycle:initialize"
 LIFECYCLE_PLAN: Final = "lifecycle:plan"
 LIFECYCLE_ROUTE: Final = "lifecycle:route"
@@ -200,6 +218,13 @@ ALL_EVENTS: Final[tuple[str, ...]] = (
     TOOL_SELECTING,
     TOOL_SELECTED,
     TOOL_WAITING,
+    TASK_AGENT_SPAWNED,
+    TASK_AGENT_RESUMED,
+    TASK_AGENT_COMPLETED,
+    PROVIDER_FAILOVER,
+    PROVIDER_HEDGE,
+    PROVIDER_HEDGE_SETTLED,
+    PROVIDER_CACHE,
     *LIFECYCLE_EVENTS,
 )
 """Every canonical event name, upstream's first, in upstream's order."""

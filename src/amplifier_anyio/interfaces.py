@@ -85,13 +85,18 @@ class Provider(Protocol):
 class StreamingProvider(Provider, Protocol):
     """A provider that can also stream.
 
-    ``stream()`` is an async context manager yielding an async iterator of event dicts
-    (``{"type": "content_block:delta", ...}``) whose last item is
+    ``open_stream()`` is an async context manager yielding an async iterator of event
+    dicts (``{"type": "content_block:delta", ...}``) whose last item is
     ``{"type": "response", "response": ChatResponse}``; leaving the context closes the
     underlying connection, so a cancelled stream never leaks a response.
+
+    A provider whose ``stream()`` is such a context manager (this contract's earlier
+    name) is streamed too. Name it ``open_stream``: upstream's loop-streaming sees a
+    ``stream`` attribute and takes its path that never runs tool calls
+    (``docs/upstream.md``).
     """
 
-    def stream(
+    def open_stream(
         self, request: ChatRequest, **kwargs: Any
     ) -> AbstractAsyncContextManager[AsyncIterator[dict[str, Any]]]: ...
 
@@ -215,7 +220,7 @@ class ApprovalSystem(Protocol):
         prompt: str,
         options: list[str],
         timeout: float,
-        default: Literal["allow", "deny"],
+        default: Literal["allow", "deny", "defer"],
     ) -> str: ...
 
 

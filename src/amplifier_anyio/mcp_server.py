@@ -6,6 +6,12 @@ A turn that ends in ``error`` is an ``is_error`` result; a turn cancelled by the
 (``notifications/cancelled``) is cancelled in the session like any host cancellation. The
 session runs one turn at a time: concurrent ``run`` calls wait their turn.
 
+It speaks protocol ``2026-07-28`` to a client that does (``server/discover``, no
+initialize handshake) and the older revisions otherwise. To a ``2026-07-28`` client that
+declares the tasks extension (`amplifier_anyio.mcp_tasks`), ``run`` answers with a task at
+once: the turn runs in the server's task runner, the client polls ``tasks/get``, and
+``tasks/cancel`` cancels the turn.
+
 The session is opened (``async with``) by the task that serves, around the whole server,
 so its module services (an MCP client of ``tool-mcp``, a log writer) live exactly as long
 as the server. It runs on either backend: ``anyio.run(serve_stdio, plan, backend="trio")``.
@@ -24,6 +30,8 @@ from .kernel import AmplifierSession, MountPlan, TurnStatus
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
+    from .mcp_tasks import TaskRunner
+
 __all__ = ("RUN_DESCRIPTION", "build_server", "serve_stdio")
 
 RUN_DESCRIPTION = (
@@ -35,15 +43,24 @@ RUN_DESCRIPTION = (
 """The description of the ``run`` tool."""
 
 
-def build_server(session: AmplifierSession, *, name: str = "amplifier-anyio") -> MCPServer:
+def build_server(
+    session: AmplifierSession, *, name: str = "amplifier-anyio", tasks: TaskRunner | None = None
+) -> MCPServer:
     """An MCP server (the SDK's ``MCPServer``) whose tool ``run`` runs ``session``'s turns.
 
-    The caller owns ``session`` (opens it before serving, closes it after).
+    The caller owns ``session`` (opens it before serving, closes it after). With
+    ``tasks`` (a runner the caller keeps running while the server serves), ``run`` is a
+    task for a client that takes tasks.
     """
     from mcp.server.mcpserver import MCPServer  # noqa: PLC0415 - the [mcp] extra
     from mcp_types import CallToolResult, TextContent  # noqa: PLC0415
 
-    server: MCPServer = MCPServer(name, instructions=RUN_DESCRIPTION, log_level="WARNING")
+    from .mcp_tasks import TasksExtension  # noqa: PLC0415 - the [mcp] extra
+
+    extensions = [] if tasks is None else [TasksExtension(tasks, {"run"})]
+    server: MCPServer = MCPServer(
+        name, instructions=RUN_DESCRIPTION, log_level="WARNING", extensions=extensions
+    )
     lock = anyio.Lock()
 
     async def run(prompt: str) -> Any:  # a CallToolResult (resolvable annotations only)
@@ -71,6 +88,10 @@ async def serve_stdio(
     plan: dict[str, Any] | MountPlan | str | Path, *, strict: bool = False
 ) -> None:
     """Open a session over ``plan`` and serve it as an MCP server on stdin / stdout until
-    the client closes the connection; then close the session."""
-    async with AmplifierSession(plan, strict=strict) as session:
-        await build_server(session).run_stdio_async()
+    the client closes the connection; then close the session (a ``run`` task still
+    running is cancelled first)."""
+    from .mcp_tasks import TaskRunner  # noqa: PLC0415 - the [mcp] extra
+
+    tasks = TaskRunner()
+    async with AmplifierSession(plan, strict=strict) as session, tasks.running():
+        await build_server(session, tasks=tasks).run_stdio_async()

@@ -13,7 +13,11 @@ killed; ``python _mcp_test_server.py stdio`` serves on stdin / stdout. Tools:
 - ``header(name)`` answers the value of one HTTP request header;
 - ``grow(name)`` adds a tool ``name`` and announces that the tool list changed (a
   ``subscriptions/listen`` event to a modern client, ``notifications/tools/list_changed``
-  to a legacy one).
+  to a legacy one);
+- ``job(seconds, tag)`` sleeps, then answers the tag — as a task of the tasks extension
+  (``io.modelcontextprotocol/tasks``) for a 2026-07-28 client that declares it; its
+  starts, ends and cancellations, and every ``tasks/cancel`` the server received, are
+  in ``stats()`` (``jobs``, ``task_cancels``).
 """
 
 from __future__ import annotations
@@ -28,13 +32,23 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ImageContent, TextContent
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from amplifier_anyio.mcp_tasks import TaskRunner, TasksExtension
+
 PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
     "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
 )
 
-server = MCPServer("test-server", log_level="WARNING")
-state: dict[str, object] = {"calls": 0, "cancelled": [], "active": 0, "max_active": 0}
+state: dict[str, object] = {
+    "calls": 0,
+    "cancelled": [],
+    "active": 0,
+    "max_active": 0,
+    "jobs": {},
+    "task_cancels": [],
+}
+tasks = TaskRunner(poll_ms=50, on_cancel=state["task_cancels"].append)  # type: ignore[attr-defined]
+server = MCPServer("test-server", log_level="WARNING", extensions=[TasksExtension(tasks, {"job"})])
 
 
 @server.tool()
@@ -57,6 +71,20 @@ async def slow(seconds: float, tag: str) -> str:
         raise
     finally:
         state["active"] = int(state["active"]) - 1  # type: ignore[call-overload]
+    return tag
+
+
+@server.tool()
+async def job(seconds: float, tag: str) -> str:
+    """Sleep, then answer the tag (a task for a client that takes tasks)."""
+    jobs: dict[str, str] = state["jobs"]  # type: ignore[assignment]
+    jobs[tag] = "running"
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        jobs[tag] = "cancelled"
+        raise
+    jobs[tag] = "done"
     return tag
 
 
@@ -102,14 +130,18 @@ async def grow(name: str, ctx: Context) -> str:
     return "grown"
 
 
+async def serve(where: str) -> None:
+    async with tasks.running():
+        if where == "stdio":
+            await server.run_stdio_async()
+            return
+        app = server.streamable_http_app()
+        config = uvicorn.Config(app, host="127.0.0.1", port=int(where), log_level="warning")
+        await uvicorn.Server(config).serve()
+
+
 def main() -> None:
-    if sys.argv[1] == "stdio":
-        server.run("stdio")
-        return
-    port = int(sys.argv[1])
-    app = server.streamable_http_app()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    anyio.run(uvicorn.Server(config).serve)
+    anyio.run(serve, sys.argv[1])
 
 
 if __name__ == "__main__":

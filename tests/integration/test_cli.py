@@ -439,7 +439,7 @@ def test_the_usage_line_names_the_argument_plainly(
     }
 
     assert usage == {
-        "help-run": "Usage: amplifier-anyio run [OPTIONS] PROMPT",
+        "help-run": "Usage: amplifier-anyio run [OPTIONS] [PROMPT]",  # optional with --resume
         "help-sessions-rm": "Usage: amplifier-anyio sessions rm [OPTIONS] ID",
     }
     json_flag = next(line for line in runs["help-run"].stdout.splitlines() if "--json" in line)

@@ -20,13 +20,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pexpect
 import pytest
 from typer.testing import CliRunner
 
 from amplifier_anyio.cli import app
 from amplifier_anyio.cli.chat import transcript_markdown
 from amplifier_anyio.cli.sessions import list_sessions
+from tiers import needs, optional
+
+pexpect = optional("pexpect")
+pytestmark = needs("pexpect")
 
 PROMPT = "you> "
 TIMEOUT = 60  # seconds for any one thing to appear: generous on a loaded 2-core machine

@@ -167,3 +167,140 @@ def test_chat_shows_the_waiting_call_and_approve_in_chat_continues(workspace: Pa
     results = [json.loads(line) for line in shown.stdout.splitlines()]
     (answer,) = [m for m in results if m.get("role") == "tool"]
     assert "Denied" in str(answer["content"])
+
+
+# -- the flow a new user follows: hooks-approval defers, the session keeps its plan ---------
+
+DEPLOY = textwrap.dedent(
+    """
+    import anyio
+
+    from amplifier_anyio.kernel import current_tool_call
+
+
+    class Deploy:
+        name = "deploy"
+        description = "deploys a service"
+        input_schema = {"type": "object", "properties": {"service": {"type": "string"}}}
+
+        def __init__(self, path):
+            self.path = path
+
+        async def execute(self, tool_input):
+            async with await anyio.open_file(self.path, "a") as handle:
+                await handle.write(current_tool_call().tool_call_id + "\\n")
+            return f"deployed {tool_input['service']}"
+
+
+    async def mount(coordinator, config):
+        await coordinator.mount("tools", Deploy(config["path"]), name="deploy")
+    """
+)
+
+DEPLOYER = textwrap.dedent(
+    """
+    from amplifier_anyio.models import ChatResponse, TextBlock, ToolCall
+    from amplifier_anyio.providers.scripted import ScriptedProvider
+
+
+    def reply(request):
+        last = request.messages[-1]
+        if last.role == "tool":
+            return ChatResponse(content=[TextBlock(text=f"the model saw: {last.content}")])
+        call = ToolCall(id="d1", name="deploy", arguments={"service": "web"})
+        return ChatResponse(tool_calls=[call])
+
+
+    async def mount(coordinator, config):
+        await coordinator.mount("providers", ScriptedProvider(reply, name="ops"), name="ops")
+    """
+)
+
+
+@pytest.fixture
+def deploy_plan(workspace: Path) -> Path:
+    """A plan whose deploy tool runs only once approved (hooks-approval, default: defer)."""
+    modules = workspace / "modules"
+    (modules / "amplifier_module_tool_deploy").mkdir()
+    (modules / "amplifier_module_tool_deploy" / "__init__.py").write_text(DEPLOY, "utf-8")
+    (modules / "amplifier_module_provider_ops").mkdir()
+    (modules / "amplifier_module_provider_ops" / "__init__.py").write_text(DEPLOYER, "utf-8")
+    plan = {
+        "session": {"orchestrator": "loop-basic", "context": "context-persistent"},
+        "providers": [{"module": "provider-ops", "source": str(modules)}],
+        "tools": [
+            {
+                "module": "tool-deploy",
+                "source": str(modules),
+                "config": {"path": str(workspace / "side-effects.txt")},
+            }
+        ],
+        "hooks": [
+            {"module": "hooks-approval", "config": {"tools": ["deploy"], "default": "defer"}}
+        ],
+    }
+    path = workspace / "deploy.yaml"
+    path.write_text(yaml.safe_dump(plan), encoding="utf-8")
+    return path
+
+
+def held_deploy(backend: str) -> str:
+    held = invoke("run", "--plan", "deploy.yaml", "--backend", backend, "--json", "ship it")
+    assert held.exit_code == 3, held.output
+    record = json.loads(held.stdout)
+    (pending,) = record["pending_approvals"]
+    assert (pending["call_id"], pending["tool"], pending["input"]) == (
+        "d1",
+        "deploy",
+        {"service": "web"},
+    )
+    assert "d1  deploy" in held.stderr  # the waiting call is listed
+    assert f"sessions approve {record['session_id']} CALL allow|deny" in held.stderr
+    session_id: str = record["session_id"]
+    return session_id
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_documented_flow_resumes_under_the_sessions_own_plan(
+    workspace: Path, deploy_plan: Path, backend: str
+) -> None:
+    session_id = held_deploy(backend)
+    assert side_effects(workspace) == []
+
+    approved = invoke("sessions", "approve", session_id, "d1", "allow")
+    assert approved.exit_code == 0, approved.output
+    assert f"amplifier-anyio run --resume {session_id}" in approved.stderr
+
+    chat = invoke("chat", "--backend", backend, "--resume", session_id, stdin="/resume\n/exit\n")
+    assert chat.exit_code == 0, chat.output
+    assert f"plan: {deploy_plan} (the one session {session_id} ran under)" in chat.stderr
+    assert "the model saw: deployed web" in chat.stdout, chat.stderr
+    assert side_effects(workspace) == ["d1"]  # run once, under the session's own plan
+
+
+def test_a_plan_without_the_held_calls_tool_is_refused_and_the_approval_kept(
+    workspace: Path, deploy_plan: Path
+) -> None:
+    session_id = held_deploy("asyncio")
+    assert invoke("sessions", "approve", session_id, "d1", "allow").exit_code == 0
+
+    elsewhere = invoke("run", "--resume", session_id, "--plan", "plan.yaml")  # no deploy tool
+    assert elsewhere.exit_code == 1, elsewhere.output
+    (line,) = [line for line in elsewhere.stderr.splitlines() if line.startswith("error:")]
+    assert "the held call d1 needs the tool 'deploy'" in line
+    assert side_effects(workspace) == []
+
+    resumed = invoke("run", "--resume", session_id)  # its own plan: the approval still holds
+    assert resumed.exit_code == 0, resumed.output
+    assert resumed.stdout.strip() == "the model saw: deployed web"
+    assert side_effects(workspace) == ["d1"]
+
+
+def test_a_stored_plan_that_is_gone_is_one_line(workspace: Path, deploy_plan: Path) -> None:
+    session_id = held_deploy("asyncio")
+    deploy_plan.unlink()
+    gone = invoke("run", "--resume", session_id)
+    assert gone.exit_code == 2
+    assert f"session {session_id} ran under the plan {deploy_plan}, which cannot be read" in (
+        gone.stderr
+    )

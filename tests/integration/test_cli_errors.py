@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from amplifier_anyio.cli import app
+from tiers import needs
 
 DEEP = 20_000
 
@@ -241,6 +242,7 @@ def test_a_misspelt_tool_is_one_warning_and_the_turn_still_answers(tmp_path: Pat
 BENCH = ["bench", "--size", "2", "--repeats", "1", "--suite", "fanout", "--backend", "asyncio"]
 
 
+@pytest.mark.slow  # a measured run of the benchmark
 def test_bench_json_into_a_missing_folder_creates_it(tmp_path: Path) -> None:
     path = tmp_path / "out" / "runs" / "bench.json"
 
@@ -250,13 +252,11 @@ def test_bench_json_into_a_missing_folder_creates_it(tmp_path: Path) -> None:
     assert json.loads(path.read_text(encoding="utf-8"))["backends"] == ["asyncio"]
 
 
-@pytest.mark.parametrize("option", ["--json", "--plot"])
+@pytest.mark.parametrize("option", ["--json", pytest.param("--plot", marks=needs("matplotlib"))])
 @pytest.mark.parametrize("where", ["under a file", "a folder"])
 def test_bench_output_that_cannot_be_written_is_one_line_before_measuring(
     tmp_path: Path, option: str, where: str
 ) -> None:
-    if option == "--plot":
-        pytest.importorskip("matplotlib")
     blocker = tmp_path / "a-file"
     blocker.write_text("", encoding="utf-8")
     path = blocker / "out.png" if where == "under a file" else tmp_path
@@ -268,8 +268,8 @@ def test_bench_output_that_cannot_be_written_is_one_line_before_measuring(
     assert result.stdout == ""  # refused before minutes of measuring, not after
 
 
+@needs("matplotlib")
 def test_bench_plot_into_a_missing_folder_creates_it(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     path = tmp_path / "plots" / "fanout.png"
 
     result = invoke(*BENCH, "--plot", str(path))
@@ -278,8 +278,8 @@ def test_bench_plot_into_a_missing_folder_creates_it(tmp_path: Path) -> None:
     assert path.read_bytes().startswith(b"\x89PNG")
 
 
+@needs("matplotlib")
 def test_bench_plot_in_an_unknown_format_is_one_line_before_measuring(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     path = tmp_path / "fanout.docx"
 
     result = invoke(*BENCH, "--plot", str(path))

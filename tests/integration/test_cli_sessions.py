@@ -14,12 +14,15 @@ import shutil
 import sys
 from pathlib import Path
 
-import pexpect
 import pytest
 from typer.testing import CliRunner, Result
 
 from amplifier_anyio.cli import app
+from amplifier_anyio.contexts import _store
 from amplifier_anyio.contexts.persistent import amplifier_home, default_path
+from tiers import needs, optional
+
+pexpect = optional("pexpect")
 
 IDS = {
     "older": "1111aaaa-0000-4000-8000-000000000001",
@@ -184,6 +187,7 @@ def test_rm_without_a_terminal_or_yes_refuses_and_deletes_nothing(project: Path)
     assert directory.is_dir()
 
 
+@needs("pexpect")
 @pytest.mark.parametrize(("answer", "kept"), [("n", True), ("", True), ("y", False)])
 def test_rm_on_a_terminal_asks_first(project: Path, answer: str, kept: bool) -> None:
     directory = default_path(IDS["older"], project).parent
@@ -215,3 +219,39 @@ def test_chat_resume_of_an_unknown_session_is_one_line(project: Path) -> None:
 
     assert result.exit_code == 2
     assert result.stderr.strip().startswith("error: no session 'nowhere'")
+
+
+def test_a_chat_in_which_nothing_was_said_leaves_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AMPLIFIER_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["chat"], input="/exit\n")
+    assert result.exit_code == 0, result.output
+    sessions = default_path("x", tmp_path).parent.parent
+    assert list(sessions.iterdir()) == []  # no transcript, no lock, no metadata
+
+
+def test_show_and_list_write_nothing(project: Path) -> None:
+    transcript = default_path(IDS["newer"], project)
+    torn = transcript.read_bytes() + b'{"role": "assistant", "conte'  # a crash's torn line
+    transcript.write_bytes(torn)
+    before = sorted(p.name for p in transcript.parent.iterdir())
+    for command in (["sessions", "show", IDS["newer"]], ["sessions", "list", "--all"]):
+        assert invoke(*command).exit_code == 0
+    assert transcript.read_bytes() == torn  # not repaired: a read never writes
+    assert sorted(p.name for p in transcript.parent.iterdir()) == before
+
+
+def test_rm_refuses_a_session_a_process_has_open(project: Path) -> None:
+    transcript = default_path(IDS["newer"], project)
+    holder = _store.acquire_writer(transcript)  # as a running session holds it
+    try:
+        refused = invoke("sessions", "rm", "--yes", IDS["newer"])
+    finally:
+        _store.release_writer(holder)
+    assert refused.exit_code == 2
+    assert f"pid {os.getpid()}" in refused.stderr
+    assert transcript.exists()
+    assert invoke("sessions", "rm", "--yes", IDS["newer"]).exit_code == 0
+    assert not transcript.parent.exists()

@@ -35,6 +35,7 @@ from _fork_lane import Lane
 
 pytestmark = [
     pytest.mark.anyio,
+    pytest.mark.slow,  # a crash loop: hundreds of forked writers killed
     pytest.mark.skipif(not hasattr(os, "fork"), reason="the writers are forked"),
 ]
 

@@ -16,10 +16,9 @@ import pytest
 from amplifier_anyio import AmplifierSession
 from amplifier_anyio.executors.dask import DaskExecutor
 from amplifier_anyio.kernel import ServiceState
+from tiers import needs
 
-pytestmark = pytest.mark.anyio
-
-pytest.importorskip("distributed", reason="the [dask] extra is not installed")
+pytestmark = [pytest.mark.anyio, *needs("distributed")]
 
 
 def plan(calls: list[dict[str, Any]], executor: dict[str, Any] | None) -> dict[str, Any]:

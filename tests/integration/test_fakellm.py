@@ -14,7 +14,9 @@ Covered, for both providers, on asyncio and trio (real sockets: no MockClock):
 - ``loop-basic`` (non-streaming) and ``loop-streaming`` (streaming) turns with two tool
   calls in one reply; the second request must carry both tool results (the rule that
   answers it matches only on both results, otherwise fakellm falls back to an echo text);
-- a 429 then a 200: the provider's own retry succeeds and ``provider:retry`` names the 429.
+- a 429 then a 200: the provider's own retry succeeds and ``provider:retry`` names the 429;
+- a 429 with ``session.providers_policy``: the turn fails over from provider-openai to
+  provider-anthropic and ``provider:failover`` names both and the 429.
 
 What fakellm 0.3.5 cannot express, so it is not tested here:
 
@@ -31,7 +33,6 @@ prompt of its own (a fresh uuid) and its rules count turns from 1.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import signal
 import socket
@@ -47,13 +48,15 @@ import httpx
 import pytest
 
 from amplifier_anyio import AmplifierSession, TurnStatus
-from amplifier_anyio.events import PROVIDER_RESPONSE, PROVIDER_RETRY, TOOL_PRE
+from amplifier_anyio.events import PROVIDER_FAILOVER, PROVIDER_RESPONSE, PROVIDER_RETRY, TOOL_PRE
 from amplifier_anyio.models import ToolResult
+from amplifier_anyio.providers import RetryPolicy
 from amplifier_anyio.providers.anthropic import AnthropicProvider
 from amplifier_anyio.providers.openai import OpenAIChatProvider
 from amplifier_anyio.testing import EventRecorder
+from tiers import needs
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, *needs("fakellm")]
 
 PROVIDERS = ("openai", "anthropic")
 WEATHER_ARGS = {"city": "Paris", "unit": "celsius"}
@@ -117,8 +120,6 @@ def accepts(port: int) -> bool:
 @pytest.fixture(scope="module")
 def fakellm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``http://127.0.0.1:<port>`` of a fakellm server run as a subprocess for this module."""
-    if importlib.util.find_spec("fakellm") is None:
-        pytest.skip("fakellm is not installed (it is in the test extra: pip install -e '.[test]')")
     home = tmp_path_factory.mktemp("fakellm")
     config = home / "fakellm.yaml"
     config.write_text(RULES)
@@ -250,4 +251,42 @@ async def test_a_429_is_retried_and_the_turn_succeeds(fakellm_url: str, kind: st
     assert await served(fakellm_url, 2) == [
         (kind, "rate_limited", False),
         (kind, "after_rate_limit", False),
+    ]
+
+
+async def test_a_429_fails_over_to_the_next_provider(fakellm_url: str) -> None:
+    # provider-openai gets the 429 and does not retry it; provider-anthropic answers
+    plan = {
+        "session": {
+            "orchestrator": "loop-basic",
+            "context": "context-simple",
+            "providers_policy": {"fallback": ["backup"], "on": [429, "5xx"]},
+        }
+    }
+    async with AmplifierSession(plan) as session:
+        coordinator = session.coordinator
+        recorder = EventRecorder()
+        recorder.attach(coordinator.hooks)
+        primary = make_provider("openai", fakellm_url, coordinator.hooks)
+        backup = make_provider("anthropic", fakellm_url, coordinator.hooks)
+        primary.http.retry = RetryPolicy(max_retries=0)
+        for name, provider in (("primary", primary), ("backup", backup)):
+            provider.priority = 0 if name == "primary" else 1
+            await coordinator.mount("providers", provider, name=name)
+            coordinator.register_cleanup(provider.http.aclose)
+        result = await session.run(prompt("zz-ratelimit"))
+        messages = await coordinator.get("context").get_messages()
+
+    assert result.status is TurnStatus.SUCCESS, result.error
+    assert result.text == RECOVERED
+    failovers = [payload for _, payload in recorder.get_events(PROVIDER_FAILOVER)]
+    assert [(f["from"], f["to"], f["reason"], f["status_code"]) for f in failovers] == [
+        ("primary", "backup", "429", 429)
+    ]
+    assert not recorder.get_events(PROVIDER_RETRY)
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[1]["metadata"]["provider"] == "backup"
+    assert await served(fakellm_url, 2) == [
+        ("openai", "rate_limited", False),
+        ("anthropic", "after_rate_limit", False),
     ]

@@ -24,6 +24,7 @@ from amplifier_anyio import AmplifierSession, ConfigError
 from amplifier_anyio.hooks.approval import (
     ALLOW_ALWAYS,
     ALLOW_ONCE,
+    DEFER,
     DENY,
     OPTIONS,
     ApprovalConfig,
@@ -141,7 +142,7 @@ async def test_tools_without_a_rule_are_asked_with_the_configured_terms() -> Non
     assert got["reverse_words"][0].startswith("Denied by hook: User denied")
     assert sorted(asked.tools_asked()) == ["reverse_words", "word_count"]
     request = asked.requests[0]
-    assert request.options == (ALLOW_ONCE, ALLOW_ALWAYS, DENY)
+    assert request.options == (ALLOW_ONCE, ALLOW_ALWAYS, DENY, DEFER)
     assert request.timeout == 7
     assert request.default == "deny"
     assert request.prompt.endswith(f"\n  {TEXT}")
@@ -229,6 +230,7 @@ def test_bad_config_is_one_line_naming_the_key(config: dict[str, Any], key: str)
 
 
 # -- the console system on a pseudo-terminal --------------------------------------------------
+# The CLI in a subprocess on a pty (a second or two each): the full tier (marked slow).
 
 CONSOLE_PLAN = """\
 session: {orchestrator: loop-basic, context: context-simple}
@@ -307,6 +309,7 @@ def console(tmp_path: Path) -> Any:
             terminal.process.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_console_allow_once_on_a_terminal(console: Any, backend: str) -> None:
     terminal = console(300, "--backend", backend)
@@ -321,6 +324,7 @@ def test_console_allow_once_on_a_terminal(console: Any, backend: str) -> None:
     assert b"finished" in terminal.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_console_deny_on_a_terminal(console: Any, backend: str) -> None:
     terminal = console(300, "--backend", backend)
@@ -331,6 +335,7 @@ def test_console_deny_on_a_terminal(console: Any, backend: str) -> None:
     assert b"finished" in terminal.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_console_unclear_answer_denies(console: Any, backend: str) -> None:
     terminal = console(300, "--backend", backend)
@@ -340,6 +345,7 @@ def test_console_unclear_answer_denies(console: Any, backend: str) -> None:
     assert b"tool:post" not in terminal.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_console_silence_takes_the_default(console: Any, backend: str) -> None:
     terminal = console(0.5, "--backend", backend)
@@ -349,6 +355,7 @@ def test_console_silence_takes_the_default(console: Any, backend: str) -> None:
     assert b"tool:post" not in terminal.output
 
 
+@pytest.mark.slow
 def test_without_a_terminal_approvals_fail_closed(tmp_path: Path) -> None:
     (tmp_path / "plan.yaml").write_text(CONSOLE_PLAN % 300)
     done = subprocess.run(
@@ -372,7 +379,10 @@ def test_without_a_terminal_approvals_fail_closed(tmp_path: Path) -> None:
         ("2\n", ALLOW_ALWAYS),
         ("allow always\n", ALLOW_ALWAYS),
         ("3\n", DENY),
-        ("4\n", DENY),
+        ("4\n", DEFER),
+        ("d\n", DEFER),
+        ("defer\n", DEFER),
+        ("5\n", DENY),
         ("", DENY),  # end of input
         ("whatever\n", DENY),
     ],

@@ -80,9 +80,11 @@ class Harness:
             "providers": [{"module": "provider-scripted", "config": {"responses": replies}}],
         }
         self.recorder = EventRecorder()
+        # The fetches take a moment (both are in flight together); no check depends on how
+        # long: a test that needs a call still running sets a delay of its own.
         self.tools = {
-            "fetch_a": Probe("fetch_a", 1.0),
-            "fetch_b": Probe("fetch_b", 1.0),
+            "fetch_a": Probe("fetch_a", 0.05),
+            "fetch_b": Probe("fetch_b", 0.05),
             "combine": Probe("combine"),
         }
         self.messages: list[dict[str, Any]] = []

@@ -11,19 +11,21 @@ import sys
 from typing import Any
 
 import pytest
-from mcp import Client, StdioServerParameters
 
-pytestmark = pytest.mark.anyio
+from tiers import needs, optional
+
+mcp = optional("mcp")
+pytestmark = [pytest.mark.anyio, *needs("mcp")]
 
 ENTRY = "from amplifier_anyio.cli import main; main()"
 
 
 async def test_the_sdk_client_lists_and_calls_run(anyio_backend: Any) -> None:
     served = "trio" if anyio_backend[0] == "asyncio" else "asyncio"
-    params = StdioServerParameters(
+    params = mcp.StdioServerParameters(
         command=sys.executable, args=["-c", ENTRY, "mcp", "serve", "--backend", served]
     )
-    async with Client(params) as client:
+    async with mcp.Client(params) as client:
         [tool] = (await client.list_tools()).tools
         assert tool.name == "run"
         assert tool.input_schema["required"] == ["prompt"]

@@ -82,7 +82,7 @@ async def test_a_full_disk_fails_the_append_whole_and_the_file_stays_loadable(
     assert path.read_bytes() == before  # the failed append left nothing behind
     history = await manager.get_messages()
     assert history == [message(number) for number in range(failed)]
-    assert await PersistentContextManager(path).get_messages() == history
+    assert await PersistentContextManager(path, read_only=True).get_messages() == history
 
     # a batch that does not fit fails whole too
     with pytest.raises(ContextFileError):
@@ -95,4 +95,5 @@ async def test_a_full_disk_fails_the_append_whole_and_the_file_stays_loadable(
     await manager.add_messages([message(failed + 1), message(failed + 2)])
     history = await manager.get_messages()
     assert history == [message(number) for number in range(failed + 3)]
-    assert await PersistentContextManager(path).get_messages() == history
+    assert await PersistentContextManager(path, read_only=True).get_messages() == history
+    await manager.aclose()  # the writer lock's descriptor, before the unmount

@@ -534,7 +534,8 @@ async def test_immediate_cancel_from_another_task_keeps_the_five_invariants(
             if data["tool_name"] == "fast":
                 fast_done.set()
 
-        session.coordinator.hooks.register("tool:post", on_post)
+        # Sets a loop object: on the loop (a plain handler otherwise runs in a thread).
+        session.coordinator.hooks.register("tool:post", on_post, inline=True)
         events = recorded(session)
         tasks_before = len(anyio.get_running_tasks())
         with anyio.fail_after(10):
@@ -871,9 +872,7 @@ async def test_a_failing_cleanup_does_not_replace_the_start_error(
         orchestrator=probe(orchestrator, module="probe-orchestrator"),
         context=probe(broken_context, module="probe-context"),
     )
-    with pytest.raises(
-        ModuleLoadError, match=r"^context 'probe-context': .*is a directory"
-    ) as caught:
+    with pytest.raises(ConfigError, match=r"^context 'probe-context': .*is a directory") as caught:
         async with AmplifierSession(plan):
             pass
     assert isinstance(caught.value.__cause__, ConfigError)

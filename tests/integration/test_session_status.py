@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import anyio
@@ -37,3 +38,41 @@ async def test_a_host_cancel_marks_the_session_cancelled() -> None:
         assert scope.cancelled_caught
         assert session.status.status == "cancelled"
         assert session.status.last_error is None
+
+
+def _reply(text: str, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    reply: dict[str, Any] = {
+        "content": [{"type": "text", "text": text}],
+        "usage": {"input_tokens": 1000, "output_tokens": 100, "total_tokens": 1100},
+    }
+    if calls:
+        reply["tool_calls"] = calls
+        reply["content"] += [{"type": "tool_call", **c, "input": c["arguments"]} for c in calls]
+        for block in reply["content"][1:]:
+            block.pop("arguments")
+    return reply
+
+
+async def test_cost_is_summed_per_turn_and_per_session() -> None:
+    # input $2 and output $10 per million tokens: each call costs 0.002 + 0.001
+    call = {"id": "c1", "name": "word_count", "arguments": {"text": "two words"}}
+    plan = {
+        "session": {"orchestrator": "loop-basic", "context": "context-simple"},
+        "providers": [
+            {
+                "module": "provider-scripted",
+                "config": {
+                    "responses": [_reply("calling", [call]), _reply("one"), _reply("two")],
+                    "pricing": {"input_per_mtok": 2, "output_per_mtok": 10},
+                },
+            }
+        ],
+        "tools": [{"module": "tool-demo"}],
+    }
+    async with AmplifierSession(plan) as session:
+        first = await session.run("first")
+        second = await session.run("second")
+        assert first.usage.cost_usd == Decimal("0.006")  # two provider calls
+        assert second.usage.cost_usd == Decimal("0.003")
+        assert session.status.cost_usd == Decimal("0.009")
+        assert session.status.total_input_tokens == 3000

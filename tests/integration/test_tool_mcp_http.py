@@ -22,8 +22,9 @@ import pytest
 
 from amplifier_anyio import AmplifierSession, TurnStatus
 from amplifier_anyio.providers.scripted import ScriptedProvider
+from tiers import needs
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, *needs("mcp")]
 
 SERVER = str(Path(__file__).with_name("_mcp_test_server.py"))
 

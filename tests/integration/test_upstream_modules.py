@@ -21,10 +21,9 @@ import pytest
 
 from amplifier_anyio import AmplifierSession
 from amplifier_anyio.kernel import ENTRY_POINT_GROUP
+from tiers import needs
 
-pytest.importorskip("amplifier_core", reason="the upstream fixtures need amplifier-core")
-
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, *needs("amplifier_core")]
 
 ORCHESTRATORS = ("loop-basic", "loop-streaming", "loop-events", "loop-lifecycle")
 HOW = ("source", "entry-point")

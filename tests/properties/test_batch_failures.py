@@ -44,6 +44,7 @@ from amplifier_anyio.models import ChatResponse, HookResult, TextBlock, ToolCall
 from amplifier_anyio.orchestrators import LoopBasicOrchestrator
 from amplifier_anyio.providers.scripted import ScriptedProvider
 from amplifier_anyio.testing import MockContextManager, MockCoordinator
+from tiers import examples
 
 pytestmark = pytest.mark.anyio
 
@@ -224,16 +225,25 @@ def refusal(ask: Ask, prompt: str) -> str | None:
     return f"Denied by hook: Approval timeout - denied by default: {prompt}"
 
 
+PRE_RAISED = (
+    "Denied by hook: hook 'pre_raise' failed on tool:pre: RuntimeError: a tool:pre hook "
+    "failed (denied: fail closed)"
+)
+
+
 def predict(plan: Plan) -> Expected:
     """The call's result from its own plan alone.
 
-    tool:pre: deny > ask_user > inject_context > modify; the data (a modify's) is applied
+    tool:pre: a raising handler denies (a gate fails closed; it runs before the others
+    that could deny); deny > ask_user > inject_context > modify; the data (a modify's) is applied
     whatever the action, after an allowed approval too. The call's own failures (an
     oversized injection, data that is not a dict, output that cannot be serialised, a
     post result that is not JSON) become its error result. tool:post runs on every result
     the call produced (an error result included) unless one of the above failed first.
     """
     kept: list[tuple[str, str, bool]] = []
+    if plan.pre_raise:  # a gate fails closed: the raising guard denies, naming itself
+        return Expected(PRE_RAISED, None, False, ())
     asked = plan.pre_ask is not None and not plan.pre_deny
     if plan.pre_deny:
         return Expected(f"Denied by hook: no {plan.id}", None, False, ())
@@ -422,9 +432,9 @@ def register_hooks(coordinator: MockCoordinator, plans: dict[str, Plan], backend
 
     hooks = coordinator.hooks
     for priority, handler in enumerate((pre_inject, pre_raise, pre_ask, pre_deny, pre_modify)):
-        hooks.register(TOOL_PRE, handler, priority=priority, name=handler.__name__)
+        hooks.register(TOOL_PRE, handler, priority=priority, name=handler.__name__, inline=True)
     for priority, handler in enumerate((post_inject, post_raise, post_deny, post_modify)):
-        hooks.register(TOOL_POST, handler, priority=priority, name=handler.__name__)
+        hooks.register(TOOL_POST, handler, priority=priority, name=handler.__name__, inline=True)
 
 
 # -- the property ----------------------------------------------------------------------------
@@ -450,7 +460,7 @@ def label(scenario: Scenario) -> None:
         event(f"has {kind}")
 
 
-@settings(max_examples=settings().max_examples * 5)
+@settings(max_examples=examples(500))
 @given(scenario=scenarios())
 async def test_each_call_gets_exactly_its_own_result(
     anyio_backend: tuple[str, dict[str, object]], scenario: Scenario

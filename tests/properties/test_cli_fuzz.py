@@ -14,8 +14,8 @@ long: a valid plan may ask for an hour-long tool, and waiting for it proves noth
 Examples per test follow the Hypothesis profile: ``ci`` runs 1 000 files through
 ``validate`` (500 files — the nine in ten that do not parse also go through ``run``, which
 must refuse them alike — and 500 structured plans) and 600 structured plans through
-``run``: about 1 050 files through ``run`` in all. Other profiles scale with their
-``max_examples``.
+``run``: about 1 050 files through ``run`` in all. Other profiles run their share
+(``tiers.examples``).
 """
 
 from __future__ import annotations
@@ -35,12 +35,9 @@ from typer.testing import CliRunner, Result
 
 from amplifier_anyio import ConfigError, MountPlan
 from amplifier_anyio.cli import app
+from tiers import examples
 
-if settings.get_current_profile_name() == "ci":
-    TEXT_EXAMPLES, PLAN_EXAMPLES, RUN_EXAMPLES = 500, 500, 600
-else:
-    _BASE = settings().max_examples  # dev: 100, fast: 10
-    TEXT_EXAMPLES, PLAN_EXAMPLES, RUN_EXAMPLES = 2 * _BASE, _BASE, max(_BASE // 2, 5)
+TEXT_EXAMPLES, PLAN_EXAMPLES, RUN_EXAMPLES = examples(500), examples(500), examples(600)
 
 fuzz_settings = settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 

@@ -13,6 +13,7 @@ from amplifier_anyio.contexts import SimpleContextManager, compact, is_compactio
 from amplifier_anyio.contexts._messages import estimate_tokens
 from amplifier_anyio.contexts.compaction import compaction_notice
 from amplifier_anyio.testing.strategies import conversations
+from tiers import examples
 
 pytestmark = pytest.mark.anyio
 
@@ -156,7 +157,7 @@ def test_compact_keeps_its_guarantees_for_any_budget(
 
 
 @given(conversations(), st.integers(min_value=0, max_value=500))
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 def test_compact_returns_everything_unchanged_when_it_fits(
     messages: list[dict[str, Any]], slack: int
 ) -> None:
@@ -170,7 +171,7 @@ def test_compact_returns_everything_unchanged_when_it_fits(
     st.integers(min_value=0, max_value=30_000),
     st.lists(st.integers(min_value=0, max_value=20_000), max_size=4),
 )
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 async def test_manager_view_fits_and_history_survives_any_number_of_requests(
     messages: list[dict[str, Any]], budget: int, more_budgets: list[int]
 ) -> None:

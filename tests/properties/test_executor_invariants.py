@@ -41,13 +41,14 @@ from amplifier_anyio.events import (
 )
 from amplifier_anyio.runtime import CANCELLED_MESSAGE
 from amplifier_anyio.testing import EventRecorder
+from tiers import examples
 
 UNIT = 0.002
 """Seconds per drawn delay unit (real clock)."""
 
 MODES = ("ok", "ok", "ok", "raise", "error")
 CANCELS = ("none", "immediate", "graceful", "host_scope", "turn_timeout")
-EXAMPLES = {"thread": 5, "process": 2}
+EXAMPLES = {"thread": examples(5), "process": examples(2)}
 """Per backend and cancel kind; process start-up is slow, so fewer."""
 
 

@@ -29,6 +29,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from amplifier_anyio.contexts import _journal, _jsonl
 from amplifier_anyio.contexts._messages import calls, estimate_tokens, result_ids
 from amplifier_anyio.contexts.persistent import _load, journal_path_for
+from tiers import examples
 
 Key = tuple[int, str]
 ACTIONS = ("finish", "start", "defer", "none")
@@ -294,5 +295,7 @@ class JournalMachine(RuleBasedStateMachine):
                 assert count == 0, f"{key} ran without an approval"
 
 
-JournalMachine.TestCase.settings = settings(stateful_step_count=30, deadline=None)
+JournalMachine.TestCase.settings = settings(
+    max_examples=examples(100), stateful_step_count=30, deadline=None
+)
 TestJournal = JournalMachine.TestCase

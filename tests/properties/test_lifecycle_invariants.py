@@ -32,12 +32,13 @@ from amplifier_anyio.events import EXECUTION_END, LIFECYCLE_EVENTS, ORCHESTRATOR
 from amplifier_anyio.kernel import AmplifierSession, TurnResult, TurnStatus
 from amplifier_anyio.models import ToolResult
 from amplifier_anyio.testing import EventRecorder
+from tiers import examples
 
 TOOLS = ("alpha", "beta", "gamma", "delta")
 STRATEGIES = ("fail_fast", "continue", "retry", "fallback")
 CANCELS = ("none", "graceful", "immediate", "host", "turn_timeout")
 HANG = 3600.0
-EXAMPLES = 40 if settings.get_current_profile_name() == "ci" else 8
+EXAMPLES = examples(40)
 
 
 @attrs.frozen
@@ -247,7 +248,7 @@ def test_loop_lifecycle_invariants_on_virtual_time(cancel: str, data: st.DataObj
 @pytest.mark.parametrize("cancel", CANCELS)
 # Real time makes a failure flaky: report it as found rather than shrink it for minutes.
 @settings(
-    max_examples=EXAMPLES // 4,
+    max_examples=examples(10),
     deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )

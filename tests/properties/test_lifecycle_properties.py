@@ -55,9 +55,9 @@ from amplifier_anyio.lifecycle import (
     RetryPolicy,
     Step,
 )
+from tiers import examples
 
-CI = settings.get_current_profile_name() == "ci"
-PER_STRATEGY = 125 if CI else max(3, settings().max_examples // 4)
+PER_STRATEGY = examples(125)
 UNIT = {"trio": 1.0, "asyncio": 0.0005}
 STEP_TIMEOUT = 40  # units: a hang ends as a TimeoutError of its step
 WORKERS = ("alpha", "beta")

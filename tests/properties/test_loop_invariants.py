@@ -129,6 +129,7 @@ from amplifier_anyio.orchestrators import (
 from amplifier_anyio.providers.scripted import ScriptedProvider
 from amplifier_anyio.runtime import LOOP_LIMIT_REMINDER, LOST_RESULT
 from amplifier_anyio.testing import EventRecorder, MockContextManager, MockCoordinator
+from tiers import examples
 
 UNIT = {"trio": 2**-6, "asyncio": 2**-12}
 """Seconds per drawn time unit: virtual on trio, real (kept short) on asyncio.
@@ -874,8 +875,10 @@ async def run_once(
 
     def install(hooks: Any) -> None:
         recorder.attach(hooks)
-        hooks.register(TOOL_PRE, deny, name="deny-some")
-        hooks.register(EXECUTION_START, turn_started, priority=-1, name="turn-start")
+        # The test's own instrumentation never blocks: on the loop (inline), so it adds no
+        # worker-thread hop (on the virtual clock, a thread lets time jump).
+        hooks.register(TOOL_PRE, deny, name="deny-some", inline=True)
+        hooks.register(EXECUTION_START, turn_started, priority=-1, name="turn-start", inline=True)
         if point == "session_start":
             hooks.register(SESSION_START, stalls[point].hook, priority=LATE, name="slow-start")
         if point == "execution_start":
@@ -1553,9 +1556,12 @@ def describe(scenario: Scenario) -> None:
     event(f"tool calls: {sum(len(batch) for batch in scenario.rounds)}")
 
 
-# loop-basic, in the ci profile (derandomised): 9 x 40 + 52 x 13 = 1036 examples per backend.
-ANYWHERE_EXAMPLES = 40
-AIMED_EXAMPLES = 13
+# loop-basic, in the ci profile (derandomised): 9 x 40 + 52 x 13 = 1036 examples per backend;
+# other profiles run their share (tiers.examples). The default tier's dev profile runs a
+# tenth: each point and kind its simplest scenario (a deterministic check of every pair),
+# the tests that aim anywhere a few random scenarios each, new ones on every run.
+ANYWHERE_EXAMPLES = examples(40)
+AIMED_EXAMPLES = examples(13)
 
 
 @pytest.mark.parametrize("cancel", CANCEL_KINDS)
@@ -1612,8 +1618,11 @@ def test_cancel_points_on_the_real_clock(point: str, cancel: str, data: st.DataO
 # loop-streaming 9 x 112 = 1008 examples; loop-events 9 x 40 + 61 x 11 = 1031.
 # INVARIANTS_SCALE multiplies them (a longer local hunt).
 SCALE = int(os.environ.get("INVARIANTS_SCALE", "1"))
-ANYWHERE_EXAMPLES_OF = {"loop-streaming": 112 * SCALE, "loop-events": 40 * SCALE}
-EVENTS_AIMED_EXAMPLES = 11 * SCALE
+ANYWHERE_EXAMPLES_OF = {
+    "loop-streaming": examples(112) * SCALE,
+    "loop-events": examples(40) * SCALE,
+}
+EVENTS_AIMED_EXAMPLES = examples(11) * SCALE
 EVENTS_AIMED = [
     *AIMED,
     *(pytest.param("selecting", cancel, id=f"selecting-{cancel}") for cancel in CANCEL_KINDS),

@@ -17,6 +17,7 @@ from hypothesis.strategies import SearchStrategy
 from amplifier_anyio import models as m
 from amplifier_anyio.models import Message, structure, unstructure
 from amplifier_anyio.testing import strategies as ast
+from tiers import examples
 
 # strategy name -> (strategy, the model it draws)
 MODEL_STRATEGIES: dict[str, tuple[Callable[[], SearchStrategy[Any]], type]] = {
@@ -100,7 +101,7 @@ def _check_tool_pairs(conversation: list[dict[str, Any]]) -> None:
         i += 1 + len(calls)
 
 
-@settings(max_examples=50)  # each example is a history of ~40 messages
+@settings(max_examples=examples(50))  # each example is a history of ~40 messages
 @given(ast.conversations())
 def test_conversations_are_valid_histories(conversation: list[dict[str, Any]]) -> None:
     json.dumps(conversation, allow_nan=False)
@@ -121,7 +122,7 @@ def test_conversation_shape_honours_its_arguments(conversation: list[dict[str, A
 def test_conversations_reach_big_and_small_contents() -> None:
     lengths: list[int] = []
 
-    @settings(max_examples=30, database=None)
+    @settings(max_examples=30, database=None)  # enough draws to reach both ends
     @given(ast.conversations())
     def collect(conversation: list[dict[str, Any]]) -> None:
         lengths.extend(len(d["content"]) for d in conversation)

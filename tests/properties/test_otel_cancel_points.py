@@ -37,6 +37,7 @@ from amplifier_anyio.orchestrators import (
 )
 from amplifier_anyio.providers.scripted import ScriptedProvider
 from amplifier_anyio.testing import MockContextManager, MockCoordinator, MockTool
+from tiers import examples
 
 UNITS = {"trio": 1 / 8, "asyncio": 1 / 2048}
 ORCHESTRATORS = {
@@ -44,7 +45,7 @@ ORCHESTRATORS = {
     "loop-streaming": LoopStreamingOrchestrator,
     "loop-events": LoopEventsOrchestrator,
 }
-EXAMPLES = 200 if settings.get_current_profile_name() == "ci" else 25
+EXAMPLES = examples(200)
 
 
 @attrs.frozen

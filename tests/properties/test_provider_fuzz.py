@@ -9,8 +9,8 @@ TCP-sized pieces (inside a UTF-8 character, inside ``\\r\\n``) and checks the as
 response does not depend on the cut.
 
 Examples per test follow the Hypothesis profile: ``ci`` runs 1 000 bodies per provider
-through ``complete()`` and 300 through ``stream()``; other profiles use their
-``max_examples``.
+through ``complete()`` and 300 through ``stream()``; other profiles their share
+(``tiers.examples``).
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from amplifier_anyio.models import (
 )
 from amplifier_anyio.providers.anthropic import AnthropicProvider
 from amplifier_anyio.providers.openai import OpenAIChatProvider
+from tiers import examples
 
 pytestmark = pytest.mark.anyio
 
-CI = settings.get_current_profile_name() == "ci"
-BODY_EXAMPLES = 1000 if CI else settings().max_examples
-STREAM_EXAMPLES = 300 if CI else settings().max_examples
+BODY_EXAMPLES = examples(1000)
+STREAM_EXAMPLES = examples(300)
 fuzz = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 REQUEST = ChatRequest(messages=[Message(role="user", content="Weather in Paris?")])
 
@@ -293,7 +293,7 @@ class Pieces(httpx.AsyncByteStream):
 async def streamed(kind: str, body: httpx.AsyncByteStream) -> ChatResponse:
     provider = make(kind, body, **{"content-type": "text/event-stream"})
     try:
-        async with provider.stream(REQUEST) as events:
+        async with provider.open_stream(REQUEST) as events:
             items = [event async for event in events]
     finally:
         await provider.http.aclose()

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from amplifier_anyio.contexts import SimpleContextManager, is_compaction_notice
 from amplifier_anyio.contexts.compaction import _units
 from amplifier_anyio.runtime import answer_orphaned_calls, build_request
+from tiers import examples
 
 pytestmark = pytest.mark.anyio
 
@@ -89,7 +90,7 @@ def _answered_right_after(messages: list[Any]) -> bool:
     threshold=st.sampled_from([0.5, 0.92, 1.0]),
     target=st.sampled_from([0.3, 0.5, 0.9]),
 )
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 async def test_the_view_is_the_dict_path_and_every_call_is_answered(
     steps: list[tuple[list[dict[str, Any]], int | None]],
     max_tokens: int,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amplifier_anyio.tools._bash_safety import check_command
 
@@ -96,3 +98,155 @@ def test_denied_and_allowed_patterns() -> None:
 
 def test_unbalanced_quotes_are_still_checked() -> None:
     assert check_command("rm -rf / 'oops") is not None
+
+
+# -- wrappers: every layer of what runs is checked ------------------------------------------
+
+WRAPPERS = [
+    "FOO=1",
+    "A=1 B='two words'",
+    "env",
+    "env -i",
+    "env -u HOME",
+    "env -uHOME",
+    "env --unset=HOME",
+    "env --unset HOME",
+    "env -i PATH=/usr/bin:/bin",
+    "env --",
+    "env -C /tmp",
+    "nice",
+    "nice -n 5",
+    "nice -n5",
+    "nice -5",
+    "nice --adjustment=5",
+    "nice --adjustment 5",
+    "nohup",
+    "timeout 5",
+    "timeout 5s",
+    "timeout -s KILL 5",
+    "timeout --signal=TERM -k 1 5",
+    "timeout --preserve-status 5",
+    "xargs",
+    "xargs -n 1",
+    "xargs -n1",
+    "xargs -0",
+    "xargs -I{}",
+    "xargs -I {}",
+    "xargs -P 4 -n 1",
+    "xargs --max-args=1",
+    "xargs -d '\\n'",
+    "time",
+    "time -p",
+    "command",
+    "command -p",
+    "exec",
+    "exec -a name",
+    "exec -c",
+    "stdbuf -oL",
+    "stdbuf -o L",
+    "stdbuf -i0 -eL",
+    "stdbuf --output=L",
+    "setsid",
+    "setsid -f",
+    "setsid --wait",
+    "ionice -c 2 -n 0",
+]
+"""Wrapper forms, each with its options and their values."""
+
+PLACES = [
+    "CMD",
+    "echo x | CMD",
+    "CMD | cat",
+    "true && CMD",
+    "false || CMD",
+    "true; CMD",
+    "( CMD )",
+    "echo $(CMD)",
+    "echo `CMD`",
+    "! CMD",
+    "{ CMD; }",
+    "if CMD; then :; fi",
+    "2>/dev/null CMD",
+]
+"""Where a simple command can stand: alone, in a pipeline, a list, a subshell, $(...)."""
+
+BUILT_IN = [
+    ("sudo ls", "standard"),
+    ("rm -rf /", "permissive"),
+    ("mkfs.ext4 /dev/sda1", "permissive"),
+    ("dd if=/dev/zero of=/dev/sda", "permissive"),
+    ("shutdown -h now", "standard"),
+    ("chmod -R 777 /", "standard"),
+    ("kill -9 -1", "strict"),
+    ("chmod 777 script.sh", "strict"),
+]
+"""One command per built-in rule, with the most lenient profile that refuses it."""
+
+
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+@pytest.mark.parametrize("place", ["CMD", "echo x | CMD", "true && CMD", "( CMD )"])
+def test_user_rules_see_through_every_wrapper(wrapper: str, place: str) -> None:
+    command = place.replace("CMD", f"{wrapper} probe --now")
+    assert check_command(command, "permissive", denied=["probe*"]) == (
+        "matches denied_commands pattern 'probe*'"
+    ), command
+
+
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+@pytest.mark.parametrize(("target", "profile"), BUILT_IN)
+def test_built_in_rules_see_through_every_wrapper(wrapper: str, target: str, profile: str) -> None:
+    assert check_command(f"{wrapper} {target}", profile) == check_command(target, profile)
+    assert check_command(f"{wrapper} {target}", profile) is not None
+
+
+def test_an_option_value_is_not_taken_for_the_command() -> None:
+    # the values 5, HOME, KILL, 1, L are never the command; what follows them is
+    assert check_command("nice -n 5 sudo ls") == "sudo (privilege escalation)"
+    assert check_command("env -u HOME sudo ls") == "sudo (privilege escalation)"
+    assert check_command("xargs -n 1 sudo ls") == "sudo (privilege escalation)"
+    assert check_command("nice -n 5 rm -rf /", "permissive") is not None
+    assert check_command("timeout -s KILL 5 grep -r sudo .") is None
+    assert check_command("stdbuf -o L grep sudo notes.txt") is None
+    # env -S spells a command line; command -v only reports where a command is
+    assert check_command("env -S 'sudo ls'") == "sudo (privilege escalation)"
+    assert check_command("command -v sudo >/dev/null") is None
+
+
+_wrapper_chains = st.lists(st.sampled_from(WRAPPERS), max_size=4).map(" ".join)
+_places = st.sampled_from(PLACES)
+
+
+@given(chain=_wrapper_chains, place=_places, target=st.sampled_from(BUILT_IN))
+@settings(max_examples=300, deadline=None)
+def test_property_a_wrapped_built_in_rule_is_refused(
+    chain: str, place: str, target: tuple[str, str]
+) -> None:
+    command, profile = target
+    wrapped = place.replace("CMD", f"{chain} {command}")
+    assert check_command(wrapped, profile) is not None, wrapped
+
+
+@given(
+    chain=_wrapper_chains,
+    place=_places,
+    probe=st.sampled_from(["probe", "probe --now", "/opt/tools/probe x", "'probe'"]),
+)
+@settings(max_examples=300, deadline=None)
+def test_property_a_wrapped_denied_command_is_refused(chain: str, place: str, probe: str) -> None:
+    wrapped = place.replace("CMD", f"{chain} {probe}")
+    assert check_command(wrapped, "permissive", denied=["probe*"]) == (
+        "matches denied_commands pattern 'probe*'"
+    ), wrapped
+
+
+@given(
+    chain=_wrapper_chains,
+    place=_places,
+    harmless=st.sampled_from(["echo hello", "grep -r sudo .", "ls -la", "cat notes.txt"]),
+)
+@settings(max_examples=200, deadline=None)
+def test_property_wrappers_around_a_harmless_command_pass(
+    chain: str, place: str, harmless: str
+) -> None:
+    wrapped = place.replace("CMD", f"{chain} {harmless}")
+    assert check_command(wrapped, "strict", denied=["probe*"]) is None, wrapped

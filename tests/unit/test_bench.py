@@ -34,6 +34,7 @@ from amplifier_anyio.bench.environment import LoadWatch
 from amplifier_anyio.bench.report import BELOW_NOISE, busy_warning
 from amplifier_anyio.cli import app
 from amplifier_anyio.errors import ConfigError
+from tiers import needs
 
 pytestmark = pytest.mark.anyio
 
@@ -50,6 +51,7 @@ TINY = BenchConfig(
 INSTALLED = [name for name in BACKENDS if backend_problem(name) is None]
 
 
+# A measured run takes many seconds: the tests of one are in the full tier (marked slow).
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
     return run_benchmarks(TINY)
@@ -68,6 +70,7 @@ def _numbers(value: Any) -> list[float]:
 
 
 class TestReport:
+    @pytest.mark.slow
     def test_header_describes_the_run(self, report: dict[str, Any]) -> None:
         assert report["schema"] == SCHEMA
         assert report["backends"] == INSTALLED
@@ -80,6 +83,7 @@ class TestReport:
         assert report["parameters"]["repeats"] == 1
         assert "gc" in report["method"]
 
+    @pytest.mark.slow
     def test_every_fanout_case_sits_beside_its_floors(self, report: dict[str, Any]) -> None:
         cases = report["fanout"]
         expected = {
@@ -97,6 +101,7 @@ class TestReport:
             assert (case["ratio_gather"] is not None) == on_asyncio
             assert (case["memory"] is not None) == (case["delay_ms"] > 0)
 
+    @pytest.mark.slow
     def test_every_ratio_and_timing_is_a_finite_number(self, report: dict[str, Any]) -> None:
         for section in ("fanout", "emit", "batch"):
             assert report[section], section
@@ -110,6 +115,7 @@ class TestReport:
         numbers = _numbers(report["compaction"])
         assert all(math.isfinite(n) for n in numbers)
 
+    @pytest.mark.slow
     def test_emit_cost_per_handler_is_derived_from_the_empty_emit(
         self, report: dict[str, Any]
     ) -> None:
@@ -120,6 +126,7 @@ class TestReport:
             expected = (cases[3]["ns_per_emit"] - cases[0]["ns_per_emit"]) / 3
             assert cases[3]["ns_per_handler"] == pytest.approx(expected)
 
+    @pytest.mark.slow
     def test_compaction_drops_messages_at_every_size(self, report: dict[str, Any]) -> None:
         cases = report["compaction"]["cases"]
         assert [c["messages"] for c in cases] == [20, 200]
@@ -128,6 +135,7 @@ class TestReport:
             assert 0 < case["kept_by_request_view"] < case["messages"]
         assert set(report["compaction"]["scaling_exponent"]) == {"compact", "request_view"}
 
+    @pytest.mark.slow
     def test_every_target_is_judged_on_every_backend(self, report: dict[str, Any]) -> None:
         targets = report["targets"]
         assert {(t["name"], t["backend"]) for t in targets} == {
@@ -149,6 +157,7 @@ class TestReport:
             if not target.per_backend:
                 assert by_name[target.name, "-"]["met"] is None
 
+    @pytest.mark.slow
     def test_json_file_round_trips(self, report: dict[str, Any], tmp_path: Path) -> None:
         path = tmp_path / "bench.json"
         write_json(report, path)
@@ -206,6 +215,7 @@ class TestConfig:
 
 
 class TestCommand:
+    @pytest.mark.slow
     def test_bench_writes_the_json_it_prints(self, tmp_path: Path) -> None:
         path = tmp_path / "out.json"
         args = ["bench", "--size", "3", "--repeats", "1"]
@@ -222,8 +232,8 @@ class TestCommand:
         assert result.exit_code == 2
         assert "backends" in result.output
 
+    @needs("matplotlib")
     def test_plot_is_drawn(self, tmp_path: Path) -> None:
-        pytest.importorskip("matplotlib")
         path = tmp_path / "fanout.png"
         args = ["bench", "--size", "2", "--repeats", "1", "--suite", "fanout"]
         result = CliRunner().invoke(app, [*args, "--backend", "asyncio", "--plot", str(path)])
@@ -241,6 +251,7 @@ class TestOutput:
             render_tables(report, console)
         return capture.get().splitlines()
 
+    @pytest.mark.slow
     def test_no_table_wraps_or_overflows_at_80_columns(self, report: dict[str, Any]) -> None:
         # a run on a busy machine says so in its missed targets' cells, which may wrap
         report = {**report, "machine_busy": None}
@@ -251,12 +262,14 @@ class TestOutput:
         assert [line.strip() for line in narrow] == [line.strip() for line in wide]
         assert any("fan-out 1 000 x 10 ms / floor" in line for line in narrow)
 
+    @pytest.mark.slow
     def test_a_pipe_gets_markdown_tables(self, report: dict[str, Any]) -> None:
         lines = self.render(report, 80, terminal=False)
         rows = [line for line in lines if line.startswith("|")]
         assert len(rows) > len(report["targets"])
         assert all(line.endswith("|") for line in rows)
 
+    @pytest.mark.slow
     def test_a_log_shows_progress_with_the_time_left(self) -> None:
         args = ["bench", "--size", "2", "--repeats", "1", "--suite", "emit"]
         result = CliRunner().invoke(app, [*args, "--backend", "asyncio"])
@@ -266,10 +279,10 @@ class TestOutput:
         assert progress[-1].startswith(f"[{len(progress)}/{len(progress)}] ")
         assert all(line.endswith(" s left)") for line in progress)
 
+    @needs("matplotlib")
     def test_a_plot_without_the_fanout_suite_is_refused_before_measuring(
         self, tmp_path: Path
     ) -> None:
-        pytest.importorskip("matplotlib")
         path = tmp_path / "emit.png"
         args = ["bench", "--suite", "emit", "--backend", "asyncio", "--plot", str(path)]
         result = CliRunner().invoke(app, args)
@@ -328,6 +341,7 @@ def markdown_rows(report: dict[str, Any]) -> list[str]:
     return [line for line in capture.get().splitlines() if line.startswith("|")]
 
 
+@pytest.mark.slow
 def test_an_overhead_below_zero_is_shown_as_noise(report: dict[str, Any]) -> None:
     noisy = copy.deepcopy(report)
     for case in noisy["fanout"] + noisy["batch"]:
@@ -342,6 +356,7 @@ def test_an_overhead_below_zero_is_shown_as_noise(report: dict[str, Any]) -> Non
     assert [row.split("|")[-2].strip() for row in rows].count(BELOW_NOISE) == 2
 
 
+@pytest.mark.slow
 def test_a_busy_machine_is_named_beside_each_missed_target(report: dict[str, Any]) -> None:
     busy = copy.deepcopy(report)
     busy["machine_busy"] = {"load": 3.46, "cores": 2}
@@ -375,6 +390,7 @@ def test_the_load_peak_of_a_run_is_compared_with_the_cores(
     assert (watch.busy(cores=2) is not None) is busy
 
 
+@pytest.mark.slow
 def test_bench_warns_on_stderr_when_the_machine_was_busy(monkeypatch: pytest.MonkeyPatch) -> None:
     cores = os.cpu_count() or 1
     monkeypatch.setattr(os, "getloadavg", lambda: (cores + 1.5, 0.0, 0.0))

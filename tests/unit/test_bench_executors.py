@@ -11,10 +11,11 @@ from amplifier_anyio.bench import BenchConfig
 from amplifier_anyio.bench.executors import EXECUTOR_CASES, executors_suite
 from amplifier_anyio.bench.report import render_tables
 from amplifier_anyio.errors import ConfigError
+from tiers import needs
 
 
+@needs("distributed")
 def test_every_executor_runs_the_turn_and_is_reported() -> None:
-    pytest.importorskip("distributed", reason="the [dask] extra is not installed")
     steps: list[str] = []
     suite = executors_suite(n=4, cost=0.002, repeats=1, step=steps.append)
     cases = {case["executor"]: case for case in suite["cases"]}

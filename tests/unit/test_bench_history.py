@@ -28,6 +28,7 @@ def history() -> dict[str, Any]:
     return suite
 
 
+@pytest.mark.slow
 def test_every_size_is_measured_for_both_contexts_with_compaction_off_and_on(
     history: dict[str, Any],
 ) -> None:
@@ -52,6 +53,7 @@ def test_every_size_is_measured_for_both_contexts_with_compaction_off_and_on(
     }
 
 
+@pytest.mark.slow
 def test_the_agent_run_does_every_round(history: dict[str, Any]) -> None:
     assert [(r["context"], r["iterations"], r["compaction"]) for r in history["runs"]] == [
         ("simple", 6, False),
@@ -65,6 +67,7 @@ def test_the_agent_run_does_every_round(history: dict[str, Any]) -> None:
     )
 
 
+@pytest.mark.slow
 def test_loading_the_largest_persistent_history_is_measured(history: dict[str, Any]) -> None:
     assert history["load"]["messages"] == 200
     assert history["load"]["loaded"] == 200
@@ -79,6 +82,7 @@ async def test_a_request_sends_the_whole_history_and_the_repaired_calls() -> Non
     assert await request_cost(context) == len(messages) + 1
 
 
+@pytest.mark.slow
 def test_history_tables_are_rendered(history: dict[str, Any]) -> None:
     report: dict[str, Any] = {
         "fanout": [],
@@ -97,6 +101,7 @@ def test_history_tables_are_rendered(history: dict[str, Any]) -> None:
     assert "Loading" in text
 
 
+@pytest.mark.slow
 def test_startup_runs_each_command_in_a_fresh_interpreter() -> None:
     suite = startup_suite(1)
     commands = [c["command"] for c in suite["cases"]]

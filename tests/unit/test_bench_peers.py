@@ -3,7 +3,8 @@ counts the turn's tool results, so a broken adapter cannot look fast.
 
 The peers (pydantic-ai, openai-agents, LangGraph) run on asyncio only, so their turns run
 under ``anyio.run(..., backend="asyncio")``; on trio a run lists them as skipped. A peer
-whose package is missing is skipped with the reason (they come with the ``test`` extra).
+whose package is missing is skipped with the reason (they come with the ``test-full``
+extra). A peer's turn is the full tier (marked slow).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from amplifier_anyio.bench.peers import (
     peer_problem,
     skipped_peers,
 )
+from tiers import needs
 
 N = 10
 
@@ -45,6 +47,7 @@ def _installed(peer: Peer) -> None:
         pytest.skip(f"{peer.name}: {problem}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("peer", LIBRARIES, ids=lambda peer: peer.name)
 def test_peer_turn_runs_every_tool_call(peer: Peer) -> None:
     _installed(peer)
@@ -53,6 +56,7 @@ def test_peer_turn_runs_every_tool_call(peer: Peer) -> None:
     turn.check()  # N tool results and the final answer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("peer", LIBRARIES, ids=lambda peer: peer.name)
 def test_peer_check_refuses_a_turn_with_missing_results(peer: Peer) -> None:
     _installed(peer)
@@ -63,6 +67,7 @@ def test_peer_check_refuses_a_turn_with_missing_results(peer: Peer) -> None:
         turn.check()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("peer", LIBRARIES, ids=lambda peer: peer.name)
 def test_peer_check_refuses_a_turn_that_did_not_run(peer: Peer) -> None:
     _installed(peer)
@@ -123,7 +128,6 @@ UPSTREAM = [peer for peer in PEERS if peer.name.startswith("upstream-loop-basic"
 
 @pytest.fixture
 def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    pytest.importorskip("amplifier_core", reason="the upstream rows need amplifier-core")
     package = tmp_path / "amplifier_module_loop_basic"
     package.mkdir()
     (package / "__init__.py").write_text(STAND_IN, encoding="utf-8")
@@ -133,6 +137,7 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     sys.modules.pop("amplifier_module_loop_basic", None)
 
 
+@needs("amplifier_core")
 @pytest.mark.parametrize("peer", UPSTREAM, ids=lambda peer: peer.name)
 def test_upstream_rows_need_a_checkout_named_by_the_environment(
     peer: Peer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -143,6 +148,7 @@ def test_upstream_rows_need_a_checkout_named_by_the_environment(
     assert "holds no amplifier_module_loop_basic/__init__.py" in (peer_problem(peer) or "")
 
 
+@needs("amplifier_core")
 @pytest.mark.parametrize("bare", [False, True], ids=["amplifier-core", "bare"])
 def test_upstream_loop_basic_turn_from_a_checkout(checkout: Path, bare: bool) -> None:
     assert all(peer_problem(peer) is None for peer in UPSTREAM)
@@ -165,6 +171,7 @@ def test_missing_package_is_a_stated_skip() -> None:
     )
 
 
+@pytest.mark.slow
 def test_peer_rows_sit_in_the_fanout_cases_of_a_run() -> None:
     installed = [peer.name for peer in PEERS if peer_problem(peer) is None]
     if not installed:

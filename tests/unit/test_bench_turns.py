@@ -16,6 +16,7 @@ from amplifier_anyio.bench.turns import turn_case
 pytestmark = pytest.mark.anyio
 
 
+@pytest.mark.slow
 async def test_a_turn_case_times_both_variants_per_turn() -> None:
     case = await turn_case("here", repeats=2, turns=3)
 
@@ -26,6 +27,7 @@ async def test_a_turn_case_times_both_variants_per_turn() -> None:
         assert case[f"{variant}_us_per_turn"] > 0
 
 
+@pytest.mark.slow
 def test_the_suite_runs_only_when_named_and_prints_its_table() -> None:
     quiet = run_benchmarks(BenchConfig(suites=("emit",), backends=("asyncio",), repeats=1))
     assert quiet["turn"] == []

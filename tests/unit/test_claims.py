@@ -26,7 +26,9 @@ from amplifier_anyio.runtime._claims import conflicts, keys_overlap
 from amplifier_anyio.testing import MockContextManager, MockCoordinator
 from amplifier_anyio.tools.bash import BashConfig, make_tool
 from amplifier_anyio.tools.filesystem import make_tools
-from amplifier_anyio.tools.mcp import MCPServerConfig
+from tiers import needs, optional
+
+mcp_tool = optional("amplifier_anyio.tools.mcp")  # needs the MCP SDK
 
 pytestmark = pytest.mark.anyio
 
@@ -258,8 +260,9 @@ async def test_bash_calls_run_in_call_order_and_files_under_them_wait(work: Path
     assert "second" in json.loads(contents[2])["content"]
 
 
+@needs("mcp")
 def test_mcp_tools_claim_what_the_plan_says() -> None:
-    server = MCPServerConfig.from_dict(
+    server = mcp_tool.MCPServerConfig.from_dict(
         "servers[0]",
         {
             "name": "db",
@@ -275,10 +278,11 @@ def test_mcp_tools_claim_what_the_plan_says() -> None:
     assert server.claims_of("migrate_up") == Claims(
         reads={"db:audit"}, writes={"db:orders", "db:schema"}
     )
-    bare = MCPServerConfig.from_dict("servers[0]", {"name": "x", "command": "x"})
+    bare = mcp_tool.MCPServerConfig.from_dict("servers[0]", {"name": "x", "command": "x"})
     assert bare.claims_of("anything") is None
 
 
+@needs("mcp")
 @pytest.mark.parametrize(
     ("claims", "message"),
     [
@@ -291,7 +295,9 @@ def test_mcp_tools_claim_what_the_plan_says() -> None:
 )
 def test_mcp_claims_config_errors_name_the_key(claims: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        MCPServerConfig.from_dict("servers[0]", {"name": "db", "command": "x", "claims": claims})
+        mcp_tool.MCPServerConfig.from_dict(
+            "servers[0]", {"name": "db", "command": "x", "claims": claims}
+        )
 
 
 # -- the value ----------------------------------------------------------------------------------

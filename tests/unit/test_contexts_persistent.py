@@ -55,6 +55,7 @@ async def test_each_message_is_one_json_line_and_a_new_manager_resumes_it(tmp_pa
     await manager.add_message(USER)
     assert lines(path) == [{"role": "system", "content": "sys"}, USER]
     assert "héllo" in path.read_text("utf-8")  # not \u-escaped
+    await manager.aclose()  # one writer per file: the next one opens after it
 
     resumed = PersistentContextManager(path)
     assert await resumed.get_messages() == [{"role": "system", "content": "sys"}, USER]
@@ -68,6 +69,7 @@ async def test_set_messages_is_ignored_after_loading_from_the_own_file(tmp_path:
     first = PersistentContextManager(path)
     await first.add_message({"role": "system", "content": "sys"})
     await first.add_message(USER)
+    await first.aclose()
 
     resumed = PersistentContextManager(path)
     await resumed.load()
@@ -82,7 +84,7 @@ async def test_set_messages_on_a_fresh_file_replaces_atomically(tmp_path: Path) 
     await manager.set_messages([USER, {"role": "assistant", "content": "a"}])
     await manager.set_messages([{"role": "user", "content": "again"}])  # still not loaded-from-file
     assert lines(path) == [{"role": "user", "content": "again"}]
-    assert names(tmp_path) == ["ctx.jsonl"]  # no temp file left
+    assert names(tmp_path) == ["ctx.jsonl", "ctx.lock"]  # no temp file left
     assert not manager.loaded_from_file
 
 
@@ -148,7 +150,7 @@ async def test_open_tool_calls_are_closed_after_the_existing_results(tmp_path: P
     await first.add_message(USER)
     await first.add_message(CALLS)
     await first.add_message({"role": "tool", "tool_call_id": "c1", "content": "done"})
-    # the process dies here: c2 and c3 never get results
+    await first.aclose()  # the process dies here: c2 and c3 never get results
 
     resumed = PersistentContextManager(path)
     messages = await resumed.get_messages()
@@ -161,7 +163,10 @@ async def test_open_tool_calls_are_closed_after_the_existing_results(tmp_path: P
         "tool": "grep",
     }
     assert lines(path) == messages  # the repair is on disk, so it happens once
-    assert PersistentContextManager(path).interrupted_calls_closed == 0
+    await resumed.aclose()
+    again = PersistentContextManager(path)
+    await again.load()
+    assert again.interrupted_calls_closed == 0
 
 
 def test_closing_leaves_complete_histories_alone_and_inserts_mid_history() -> None:
@@ -198,11 +203,15 @@ async def test_mount_loads_and_mounts(tmp_path: Path) -> None:
     path = tmp_path / "ctx.jsonl"
     await PersistentContextManager(path).add_message(USER)
     coordinator = MockCoordinator()
-    assert await mount(coordinator, {"transcript_path": str(path), "max_tokens": 999}) is None
+    cleanup = await mount(coordinator, {"transcript_path": str(path), "max_tokens": 999})
     manager = coordinator.get("context")
     assert isinstance(manager, PersistentContextManager)
     assert manager.loaded_from_file
     assert manager.max_tokens == 999
+    assert manager.holds_lock
+    assert cleanup is not None
+    await cleanup()  # the session's cleanup lets the writer lock go
+    assert not manager.holds_lock
 
 
 async def test_mount_defaults_to_the_session_directory(
@@ -299,6 +308,7 @@ async def test_a_failed_append_leaves_file_and_history_as_they_were(
     await manager.add_messages([{"role": "user", "content": "x"}, {"role": "user", "content": "y"}])
     expected = [USER] + [{"role": "user", "content": c} for c in ("after", "x", "y")]
     assert await manager.get_messages() == expected
+    await manager.aclose()
     assert await PersistentContextManager(path).get_messages() == expected
     assert lines(path) == expected
 
@@ -329,6 +339,7 @@ async def test_a_torn_write_that_cannot_be_undone_is_never_continued(
     expected = [USER, {"role": "user", "content": "next"}]
     assert await manager.get_messages() == expected
     assert lines(path) == expected  # the whole part of the failed batch is gone too
+    await manager.aclose()
     assert await PersistentContextManager(path).get_messages() == expected
 
 
@@ -343,6 +354,7 @@ async def test_a_process_that_dies_with_an_undone_torn_write_reloads_whole(
     with pytest.raises(ContextFileError):
         await manager.add_message(full())
     monkeypatch.undo()
+    await manager.aclose()  # the process dies (its lock goes with it)
     # the torn record is the last line: a new manager drops it, like a crash's
     resumed = PersistentContextManager(path)
     assert await resumed.get_messages() == [USER]
@@ -371,7 +383,7 @@ async def test_a_failed_rewrite_leaves_file_and_history_as_they_were(
         await manager.set_messages([USER, full()])
     assert info.value.path == path
     assert path.read_bytes() == before
-    assert names(tmp_path) == ["ctx.jsonl"]  # the temporary file is removed
+    assert names(tmp_path) == ["ctx.jsonl", "ctx.lock"]  # the temporary file is removed
     assert await manager.get_messages() == [USER]
 
 

@@ -104,6 +104,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Mapping[str, Outcome]:
         return {example.where: result for example, result in zip(RUNNABLE, results, strict=True)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", RUNNABLE, ids=[example.where for example in RUNNABLE])
 def test_documented_example_runs(outcomes: Mapping[str, Outcome], example: Example) -> None:
     outcome = outcomes[example.where]

@@ -14,10 +14,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import pytest
 import yaml
 
 from amplifier_anyio import events
+from tiers import needs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,8 +138,8 @@ def build(site: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@needs("mkdocstrings")  # a site build (seconds)
 def test_a_strict_build_fails_on_a_raw_role_or_an_escaped_pipe(tmp_path: Path) -> None:
-    pytest.importorskip("mkdocstrings")
     clean = build(small_site(tmp_path / "clean", role="`Planted`", cell="a or b"))
     planted = build(small_site(tmp_path / "planted", role=":class:`Planted`", cell="a\\|b"))
 
@@ -149,8 +149,8 @@ def test_a_strict_build_fails_on_a_raw_role_or_an_escaped_pipe(tmp_path: Path) -
     assert "index.md shows an escaped pipe in the table cell '--mode a\\\\|b'" in planted.stderr
 
 
+@needs("mkdocstrings")  # a site build (seconds)
 def test_the_site_builds_strictly_and_its_reference_shows_no_role(tmp_path: Path) -> None:
-    pytest.importorskip("mkdocstrings")
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
         cwd=ROOT,

@@ -68,7 +68,7 @@ async def test_a_finished_call_keeps_its_result_and_a_running_one_is_interrupted
     await writer.journal_started("a", "work", {"n": "a"})
     await writer.journal_finished("a", "the result of a")
     await writer.journal_started("b", "work", {"n": "b"})
-    del writer  # killed before the batch's results were written
+    await writer.aclose()  # killed before the batch's results were written
 
     manager, messages = await reloaded(path)
 
@@ -86,7 +86,7 @@ async def test_an_idempotent_call_that_was_running_is_left_for_resume(tmp_path: 
     path = tmp_path / "t.jsonl"
     writer = await crashed_batch(path, "a", "b")
     await writer.journal_started("a", "work", {"n": "a"}, idempotent=True)
-    del writer
+    await writer.aclose()  # killed
 
     manager, messages = await reloaded(path)
 
@@ -99,6 +99,7 @@ async def test_an_idempotent_call_that_was_running_is_left_for_resume(tmp_path: 
     # the resume runs it again and finishes it; a crash before the results land loses nothing
     await manager.journal_started("a", "work", {"n": "a"}, idempotent=True)
     await manager.journal_finished("a", "done at last")
+    await manager.aclose()
     _, messages = await reloaded(path)
     assert messages[2]["content"] == "done at last"
 
@@ -108,7 +109,7 @@ async def test_the_idempotency_key_is_the_same_for_every_run_of_a_call(tmp_path:
     writer = await crashed_batch(path, "a", "b")
     first = await writer.journal_started("a", "work", {"n": "a"}, idempotent=True)
     other = await writer.journal_started("b", "work", {"n": "b"}, idempotent=True)
-    del writer
+    await writer.aclose()  # killed
     manager, _ = await reloaded(path)
     again = await manager.journal_started("a", "work", {"n": "a"}, idempotent=True)
     assert first == again
@@ -234,9 +235,11 @@ async def test_a_transcript_without_tool_calls_gets_no_journal_file(tmp_path: Pa
     path = tmp_path / "t.jsonl"
     manager = PersistentContextManager(path)
     await manager.add_message(USER)
+    await manager.aclose()
     _, messages = await reloaded(path)
     assert messages == [USER]
-    assert [entry.name async for entry in anyio.Path(tmp_path).iterdir()] == ["t.jsonl"]
+    names = sorted([entry.name async for entry in anyio.Path(tmp_path).iterdir()])
+    assert names == ["t.jsonl", "t.lock"]
 
 
 async def test_a_deferral_that_cannot_be_journaled_is_that_calls_error(tmp_path: Path) -> None:
@@ -289,6 +292,7 @@ async def test_a_long_lived_writer_keeps_its_journal_small(
         await manager.add_messages(results)
         sizes.append(journal_path_for(path).exists())
     assert sizes == [False] * 5  # six records each batch: dropped once its results landed
+    await manager.aclose()
     _, messages = await reloaded(path)
     assert len(messages) == 25
 

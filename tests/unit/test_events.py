@@ -63,6 +63,13 @@ OUR_EVENTS = (
     "tool:selecting",
     "tool:selected",
     "tool:waiting",
+    "task:agent_spawned",
+    "task:agent_resumed",
+    "task:agent_completed",
+    "provider:failover",
+    "provider:hedge",
+    "provider:hedge_settled",
+    "provider:cache",
     *(
         f"lifecycle:{stage}"
         for stage in (
@@ -121,7 +128,13 @@ def test_constant_name_is_upper_snake_of_its_value() -> None:
 
 
 def test_every_constant_is_exported() -> None:
-    collections = {"ALL_EVENTS", "EMITTED_EVENTS", "RESERVED_EVENTS", "LIFECYCLE_EVENTS"}
+    collections = {
+        "ALL_EVENTS",
+        "EMITTED_EVENTS",
+        "RESERVED_EVENTS",
+        "LIFECYCLE_EVENTS",
+        "GATE_EVENTS",
+    }
     assert set(_constants()) | collections == set(events.__all__)
 
 

@@ -1,7 +1,8 @@
 """Executors (DESIGN §11): where a tool call runs, chosen by the plan.
 
-The cluster tests run against a real ``LocalCluster(processes=False)`` started once for the
-module (worker threads in this process, the scheduler on its own loop thread); the tools
+The cluster tests (the full tier: they need the dask extra) run against a real
+``LocalCluster(processes=False)`` started once for the module (worker threads in this
+process, the scheduler on its own loop thread); the tools
 are ``tool-compute``'s, rebuilt on the workers from their plan entry. Real clock only:
 threads, processes and the cluster's sockets do not follow a virtual clock.
 """
@@ -21,10 +22,11 @@ from amplifier_anyio.events import TOOL_POST
 from amplifier_anyio.executors.dask import DaskExecutor, DaskExecutorConfig
 from amplifier_anyio.kernel import MountPlan, validate_plan
 from amplifier_anyio.runtime import CANCELLED_MESSAGE, ProcessExecutor, ThreadExecutor
+from tiers import needs, optional
 
 pytestmark = pytest.mark.anyio
 
-distributed = pytest.importorskip("distributed", reason="the [dask] extra is not installed")
+distributed = optional("distributed")
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +99,7 @@ def without_pids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return cleaned
 
 
+@needs("distributed")
 async def test_twenty_parallel_calls_on_the_cluster_give_the_local_context(cluster: Any) -> None:
     calls = twenty_calls()
     local, local_messages = await run_plan(plan(calls))
@@ -125,6 +128,7 @@ async def test_the_process_executor_runs_calls_in_other_processes() -> None:
     assert os.getpid() not in pids
 
 
+@needs("distributed")
 async def test_an_immediate_cancel_keeps_finished_results_and_leaves_nothing_on_the_cluster(
     cluster: Any,
 ) -> None:
@@ -167,6 +171,7 @@ def _task_keys(dask_scheduler: Any) -> list[str]:
     return [str(key) for key in dask_scheduler.tasks]
 
 
+@needs("distributed")
 async def test_a_per_tool_timeout_answers_the_slow_call_on_the_cluster(cluster: Any) -> None:
     calls = [call("quick", value=1), call("stuck", sleep=4)]
     result, messages = await run_plan(plan(calls, dask_executor(cluster), tool_timeout=2.0))
@@ -258,6 +263,7 @@ def test_dask_config_needs_exactly_one_place() -> None:
     assert (config.n_workers, config.processes, config.address) == (3, False, None)
 
 
+@needs("distributed")
 async def test_validate_reports_a_bad_executor_config() -> None:
     good = plan([call("a")], {"module": "executor-dask", "config": {"local": {"n_workers": 1}}})
     assert (await validate_plan(good)).errors == ()
@@ -268,6 +274,7 @@ async def test_validate_reports_a_bad_executor_config() -> None:
     assert any("executor-dask.address" in e for e in errors), errors
 
 
+@needs("distributed")
 async def test_a_local_cluster_of_its_own_lives_as_long_as_the_session() -> None:
     executor = {
         "module": "executor-dask",

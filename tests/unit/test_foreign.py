@@ -32,11 +32,12 @@ from amplifier_anyio.models import (
     ToolResult,
 )
 from amplifier_anyio.runtime._tool_batch import ToolBatch
+from tiers import needs, optional
 
-core = pytest.importorskip("amplifier_core", reason="the upstream values need amplifier-core")
-message_models = pytest.importorskip("amplifier_core.message_models")
+core = optional("amplifier_core")
+message_models = optional("amplifier_core.message_models")
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, *needs("amplifier_core")]
 
 
 # -- conversions -----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amplifier_anyio import AmplifierError, ConfigError, ModuleSpec, MountPlan
+from tiers import examples
 
 UPSTREAM_PLAN: dict[str, Any] = {
     "session": {
@@ -363,7 +364,7 @@ def plans(draw: st.DrawFn) -> MountPlan:
     )
 
 
-@settings(max_examples=30)  # nested draws are slow; the shape space is small
+@settings(max_examples=examples(30))  # nested draws are slow; the shape space is small
 @given(plans())
 def test_to_dict_round_trips_through_from_dict(plan: MountPlan) -> None:
     assert MountPlan.from_dict(plan.to_dict()) == plan
@@ -500,7 +501,7 @@ def test_from_text_raises_only_config_errors(text: str) -> None:
         MountPlan.from_text(text, suffix=".yaml", origin="plan.yaml")
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.binary(max_size=200), st.sampled_from([".yaml", ".toml"]))
 def test_any_bytes_are_a_plan_or_a_config_error(data: bytes, suffix: str) -> None:
     try:

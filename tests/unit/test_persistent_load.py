@@ -6,16 +6,20 @@ What a user sees: the same history and the same estimates after a restart as bef
 
 from __future__ import annotations
 
+import gc
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amplifier_anyio.contexts import ContextFileError, PersistentContextManager
 from amplifier_anyio.contexts._jsonl import read_lines
+from tiers import examples
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +34,7 @@ async def test_a_reload_has_the_history_and_the_estimates_of_before(tmp_path: Pa
             {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
         ]
     )
-    reader = PersistentContextManager(path)
+    reader = PersistentContextManager(path, read_only=True)  # the writer is open
     assert await reader.get_messages() == await writer.get_messages()
     assert reader.token_estimate == writer.token_estimate
     assert reader._costs == writer._costs
@@ -64,7 +68,7 @@ _MESSAGES = st.builds(
 
 
 @given(messages=st.lists(_MESSAGES, max_size=8), blank=st.booleans(), torn=st.booleans())
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 def test_the_reader_gives_each_line_and_its_length(
     tmp_path_factory: Any, messages: list[dict[str, Any]], blank: bool, torn: bool
 ) -> None:
@@ -78,3 +82,31 @@ def test_the_reader_gives_each_line_and_its_length(
     assert read == messages
     assert lengths == [len(line) for line in lines]
     assert was_torn is torn
+
+
+async def test_the_collector_is_paused_on_the_loops_thread_never_a_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ctx.jsonl"
+    async with PersistentContextManager(path) as writer:
+        await writer.add_messages([{"role": "user", "content": f"m{i}"} for i in range(50)])
+    toggled: list[tuple[str, str]] = []
+    for name in ("disable", "enable"):
+        real = getattr(gc, name)
+
+        def record(real: Any = real, name: str = name) -> None:
+            toggled.append((name, threading.current_thread().name))
+            real()
+
+        monkeypatch.setattr(gc, name, record)
+    here = threading.current_thread().name
+    assert gc.isenabled()
+
+    async def load() -> None:
+        await PersistentContextManager(path, read_only=True).load()
+
+    async with anyio.create_task_group() as group:  # overlapping loads share one pause
+        for _ in range(3):
+            group.start_soon(load)
+    assert toggled == [("disable", here), ("enable", here)]
+    assert gc.isenabled()

@@ -159,7 +159,7 @@ def user(text: str) -> Message:
 
 
 async def drain(p: AnthropicProvider, request: ChatRequest) -> list[dict[str, Any]]:
-    async with p.stream(request) as events:
+    async with p.open_stream(request) as events:
         return [e async for e in events]
 
 
@@ -485,7 +485,7 @@ async def test_stream_cancelled_mid_response_closes_it_and_propagates() -> None:
     streaming = anyio.Event()
 
     async def consume() -> None:
-        async with p.stream(ChatRequest(messages=[user("hi")])) as events:
+        async with p.open_stream(ChatRequest(messages=[user("hi")])) as events:
             async for event in events:
                 if event["type"] == "content_block:delta":
                     streaming.set()

@@ -572,7 +572,7 @@ def sse_bytes(response: httpx.Response) -> bytes:
 
 async def collect(provider: Any, **request: Any) -> list[dict[str, Any]]:
     chat = ChatRequest(messages=[Message(role="user", content="hi")], **request)
-    async with provider.stream(chat) as events:
+    async with provider.open_stream(chat) as events:
         return [event async for event in events]
 
 

@@ -166,7 +166,7 @@ def provider(server: Server, hooks: Any = None, **config: Any) -> OpenAIChatProv
 
 
 async def drain(p: OpenAIChatProvider, request: ChatRequest) -> list[dict[str, Any]]:
-    async with p.stream(request) as events:
+    async with p.open_stream(request) as events:
         return [e async for e in events]
 
 
@@ -510,7 +510,9 @@ async def test_stream_assembles_text_and_split_tool_arguments() -> None:
     body = Body(streamed_tool_answer())
     server = Server(httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body))
     p = provider(server)
-    async with p.stream(ChatRequest(messages=[user("Paris and Oslo?")], tools=[WEATHER])) as events:
+    async with p.open_stream(
+        ChatRequest(messages=[user("Paris and Oslo?")], tools=[WEATHER])
+    ) as events:
         received = [e async for e in events]
     assert server.bodies[0]["stream"] is True
     assert server.bodies[0]["stream_options"] == {"include_usage": True}
@@ -549,7 +551,7 @@ async def test_stream_cancelled_mid_response_closes_it_and_propagates() -> None:
     p = provider(server)
     got: list[dict[str, Any]] = []
     with anyio.CancelScope() as scope:
-        async with p.stream(ChatRequest(messages=[user("hi")])) as events:
+        async with p.open_stream(ChatRequest(messages=[user("hi")])) as events:
             async for event in events:
                 got.append(event)
                 if event["type"] == "content_block:delta":
@@ -568,7 +570,7 @@ async def test_stream_blocked_on_the_network_is_cancelled_and_closed() -> None:
     streaming = anyio.Event()
 
     async def consume() -> None:
-        async with p.stream(ChatRequest(messages=[user("hi")])) as events:
+        async with p.open_stream(ChatRequest(messages=[user("hi")])) as events:
             async for event in events:
                 if event["type"] == "content_block:delta":
                     streaming.set()
@@ -589,7 +591,7 @@ async def test_stream_retries_before_the_body_then_streams() -> None:
     )
     hooks = EventRecorder()
     p = provider(server, hooks)
-    async with p.stream(ChatRequest(messages=[user("hi")])) as events:
+    async with p.open_stream(ChatRequest(messages=[user("hi")])) as events:
         received = [e async for e in events]
     assert received[-1]["response"].text == "hi"
     assert received[-1]["response"].usage is None

@@ -86,7 +86,7 @@ async def test_raw_unicode_line_separators_inside_json_survive_a_stream(
         provider = AnthropicProvider({"api_key": "k", "base_url": "http://x"}, transport=transport)
     request = ChatRequest(messages=[Message(role="user", content="hi")])
     try:
-        async with provider.stream(request) as events:
+        async with provider.open_stream(request) as events:
             final = [e["response"] async for e in events if e["type"] == "response"]
     finally:
         await provider.http.aclose()

@@ -191,7 +191,8 @@ async def test_context_persistent_keeps_its_view_and_a_reload_starts_afresh(tmp_
     await context.add_messages(_round(40))
     second = (await context.request_view()).messages
     assert all(a is b for a, b in zip(first, second, strict=False))
-    # a new process decides afresh, as context-simple with the same history does
+    # a new process (after this one closed) decides afresh, as context-simple does
+    await context.aclose()
     reloaded = PersistentContextManager(path, max_tokens=2_000)
     fresh = SimpleContextManager(max_tokens=2_000)
     await fresh.set_messages(await context.get_messages())

@@ -167,21 +167,22 @@ def test_agents_pass_through_untouched(agents: Any) -> None:
     assert plan.to_dict()["agents"] == agents
 
 
-async def test_includes_are_reported_not_dropped() -> None:
-    plan = {**BASE, "includes": ["foundation:behaviors/logging"]}
+async def test_an_include_that_cannot_be_resolved_is_reported_not_dropped() -> None:
+    # Includes are resolved now (docs/upstream.md); one that cannot be is still never
+    # dropped silently: a warning, an error when strict. (An unknown name: no network.)
+    plan = {**BASE, "includes": ["bundle:x"]}
 
     relaxed = await validate_plan(plan)
     strict = await validate_plan(plan, strict=True)
 
     assert relaxed.ok
-    assert any(w.startswith("includes: not supported") for w in relaxed.warnings)
-    assert "foundation:behaviors/logging" in " ".join(relaxed.warnings)
+    assert any("includes: 'bundle:x' skipped" in w for w in relaxed.warnings)
     assert not strict.ok
-    assert any(e.startswith("includes: not supported") for e in strict.errors)
-    assert MountPlan.from_dict(plan).includes == ("foundation:behaviors/logging",)
+    assert any("includes: 'bundle:x' skipped" in e for e in strict.errors)
+    assert MountPlan.from_dict(plan).includes == ("bundle:x",)
 
 
-async def test_a_strict_session_refuses_includes_and_a_relaxed_one_warns(
+async def test_a_strict_session_refuses_an_unresolved_include_and_a_relaxed_one_warns(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     plan = {
@@ -190,12 +191,12 @@ async def test_a_strict_session_refuses_includes_and_a_relaxed_one_warns(
         "includes": ["bundle:x"],
     }
 
-    with pytest.raises(ConfigError, match="includes: not supported"):
+    with pytest.raises(ConfigError, match="includes: 'bundle:x' skipped"):
         async with AmplifierSession(plan, strict=True):
             pass
     async with AmplifierSession(plan):
         pass
-    assert "includes: not supported" in caplog.text
+    assert "includes: 'bundle:x' skipped" in caplog.text
 
 
 # -- where modules come from -----------------------------------------------------------------

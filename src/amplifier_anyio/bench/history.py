@@ -145,7 +145,8 @@ async def _load_case(size: int, repeats: int, history: list[dict[str, Any]]) -> 
     """Loading a context-persistent file of ``size`` messages (a new manager each time)."""
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "context-messages.jsonl"
-        await PersistentContextManager(path).set_messages(history[:size])
+        async with PersistentContextManager(path) as writer:
+            await writer.set_messages(history[:size])
         times, loaded = [], 0
         for _ in range(repeats):
             context = PersistentContextManager(path)
@@ -154,6 +155,7 @@ async def _load_case(size: int, repeats: int, history: list[dict[str, Any]]) -> 
             await context.load()
             times.append((time.perf_counter_ns() - start) / 1e9)
             loaded = len(await context.get_messages())
+            await context.aclose()  # one writer at a time: the next load is another one
     timing = Timing(tuple(times))
     return {
         "messages": size,

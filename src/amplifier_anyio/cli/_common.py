@@ -7,6 +7,7 @@ nothing here prints a traceback.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import logging
@@ -23,6 +24,7 @@ from rich.markup import escape
 
 from ..errors import ConfigError, ModuleLoadError, ModuleNotFoundError, describe
 from ..events import ALL_EVENTS, MODULE_LOAD_FAILED, PROVIDER_RETRY
+from ..kernel._bundles import plan_of, resolve_plan_file
 from ..kernel._mount_plan import MountPlan
 from ..kernel._session import AmplifierSession
 from ..kernel._turns import TurnResult
@@ -127,10 +129,14 @@ def check_backend(backend: str) -> None:
         raise fail("--backend trio: trio is not installed (pip install 'amplifier-anyio[trio]')")
 
 
-def load_plan_file(plan: Path) -> MountPlan:
-    """A plan file, or one line and exit 2."""
+def load_plan_file(plan: Path, *, strict: bool = False) -> MountPlan:
+    """A plan file (an upstream bundle or profile resolved, its warnings printed), or one
+    line and exit 2."""
     try:
-        return MountPlan.from_file(plan)
+        resolved = anyio.run(functools.partial(resolve_plan_file, plan, strict=strict))
+        for warning in resolved.warnings:
+            warn(warning)
+        return plan_of(resolved)
     except ConfigError as exc:
         raise fail(str(exc)) from None
 

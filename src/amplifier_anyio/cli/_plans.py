@@ -2,8 +2,8 @@
 
 ``run`` and ``chat`` share the options here. A plan file wins over ``--provider``,
 ``--model`` and ``--base-url`` (they are then ignored, with a warning);
-``--max-iterations`` and ``--tools`` apply to either. Every bad value is one line and
-exit 2.
+``--max-iterations``, ``--tools``, ``--record`` and ``--replay`` apply to either. Every
+bad value is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from ..errors import ConfigError
+from ..kernel._agents import agent_instruction, agents_of, merge_overlay
 from ..kernel._mount_plan import MountPlan
 from ._common import fail, load_plan_file, warn
 
@@ -56,6 +57,12 @@ class PlanOptions:
     base_url: str | None = None
     max_iterations: str | None = None
     tools: str | None = None
+    record: Path | None = None
+    """``--record FILE``: the plan's ``session.cassette`` records to FILE."""
+    replay: Path | None = None
+    """``--replay FILE``: the plan's ``session.cassette`` replays FILE."""
+    strict: bool = False
+    """``--strict``: a bundle reference that cannot be resolved is an error."""
 
 
 def build_plan(options: PlanOptions, *, streaming: bool = False) -> MountPlan:
@@ -78,7 +85,7 @@ def build_plan(options: PlanOptions, *, streaming: bool = False) -> MountPlan:
         ]
         if ignored:
             warn(f"{', '.join(ignored)} ignored: the plan file {options.plan} names the providers")
-        data = load_plan_file(options.plan).to_dict()
+        data = load_plan_file(options.plan, strict=options.strict).to_dict()
     else:
         data = _built(options, streaming=streaming)
     if max_iterations is not None:
@@ -86,10 +93,46 @@ def build_plan(options: PlanOptions, *, streaming: bool = False) -> MountPlan:
         config = {**orchestrator.get("config", {}), "max_iterations": max_iterations}
         orchestrator["config"] = config
     _add_tools(data, tools)
+    _add_cassette(data, options)
     try:
         return MountPlan.from_dict(data)
     except ConfigError as exc:  # pragma: no cover - the pieces above are valid
         raise fail(str(exc)) from None
+
+
+RESUMABLE = ("context-simple", "context-persistent")
+
+
+def persistent_plan(base: MountPlan, path: Path) -> MountPlan:
+    """``base`` with its context kept in ``path``: context-simple becomes
+    context-persistent (same settings); another context module is kept as it is (the
+    conversation then cannot be resumed)."""
+    data = base.to_dict()
+    context = data["session"]["context"]
+    if context["module"] not in RESUMABLE:
+        return base
+    config = {
+        key: value
+        for key, value in context.get("config", {}).items()
+        if key not in ("path", "transcript_path")
+    }
+    context.update(module="context-persistent", config={**config, "path": str(path)})
+    return MountPlan.from_dict(data)
+
+
+def agent_plan(plan: MountPlan, name: str) -> tuple[MountPlan, str | None]:
+    """``run --agent NAME``: the plan's agent NAME as the root session (its overlay merged
+    into the plan, as a sub-agent's would be) and its instruction; else one line, exit 2."""
+    agents = agents_of(plan.raw)
+    if name not in agents:
+        known = ", ".join(sorted(agents)) or "none"
+        raise fail(f"--agent {name}: the plan has no such agent (its agents: {known})")
+    agent = agents[name]
+    try:
+        merged = MountPlan.from_dict(merge_overlay(plan.raw, agent))
+    except ConfigError as exc:
+        raise fail(f"--agent {name}: {exc}") from None
+    return merged, agent_instruction(agent)
 
 
 def _positive_int(flag: str, value: str | None) -> int | None:
@@ -192,6 +235,18 @@ def _add_tools(data: dict[str, Any], tools: tuple[str, ...]) -> None:
     hooks = data.setdefault("hooks", [])
     if not any(entry["module"] == "hooks-approval" for entry in hooks):
         hooks.append({"module": "hooks-approval", "config": {"tools": list(APPROVAL_TOOLS)}})
+
+
+def _add_cassette(data: dict[str, Any], options: PlanOptions) -> None:
+    """``--record`` / ``--replay``: the session's cassette (over one the plan file names)."""
+    if options.record is not None and options.replay is not None:
+        raise fail("--record and --replay: give one of them")
+    if options.record is not None:
+        data["session"]["cassette"] = {"path": str(options.record), "mode": "record"}
+    elif options.replay is not None:
+        if not options.replay.is_file():
+            raise fail(f"--replay: {options.replay}: no such cassette (record it with --record)")
+        data["session"]["cassette"] = {"path": str(options.replay), "mode": "replay"}
 
 
 def read_prompt(prompt: str) -> str:

@@ -29,10 +29,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
+import attrs
 import typer
 
-from ..contexts.persistent import default_path
-from ..events import CONTENT_BLOCK_DELTA, CONTENT_BLOCK_START
+from ..contexts.persistent import default_path, lock_path_for
+from ..errors import CassetteMismatchError
+from ..events import (
+    CONTENT_BLOCK_DELTA,
+    CONTENT_BLOCK_START,
+    TASK_AGENT_COMPLETED,
+    TASK_AGENT_RESUMED,
+    TASK_AGENT_SPAWNED,
+)
 from ..kernel._mount_plan import MountPlan
 from ..kernel._session import AmplifierSession
 from ..kernel._turns import PendingApproval, TurnStatus
@@ -51,7 +59,8 @@ from ._common import (
     say,
     warn,
 )
-from ._plans import PlanOptions, build_plan, read_prompt
+from ._plans import RESUMABLE, PlanOptions, build_plan, persistent_plan, read_prompt
+from ._stored import metadata_path_for, remember_plan, stored_plan
 from .run import (
     BackendOption,
     BaseUrlOption,
@@ -61,6 +70,8 @@ from .run import (
     ModelOption,
     PlanOption,
     ProviderOption,
+    RecordOption,
+    ReplayOption,
     StrictOption,
     SystemOption,
     ToolsOption,
@@ -74,7 +85,6 @@ PROMPT = "you> "
 """What the REPL shows when it waits for a line."""
 
 _RECAP = 10  # messages of a resumed conversation shown before the first prompt
-_RESUMABLE = ("context-simple", "context-persistent")
 
 HELP = """\
 /exit              leave (also Ctrl-D, or Ctrl-C twice at the prompt)
@@ -106,6 +116,8 @@ def chat_command(
         typer.Option("--resume", metavar="ID", help="Continue a saved session (sessions list)."),
     ] = None,
     strict: StrictOption = False,
+    record: RecordOption = None,
+    replay: ReplayOption = None,
 ) -> None:
     """Talk with the agent: one session, many turns, saved for --resume."""
     check_backend(backend)
@@ -116,10 +128,18 @@ def chat_command(
         base_url=base_url,
         max_iterations=max_iterations,
         tools=tools,
+        record=record,
+        replay=replay,
+        strict=strict,
     )
     with cli_command():
+        resumed = find_session(resume) if resume is not None else None
+        if resumed is not None:  # without --plan: the plan the session ran under
+            options = stored_plan(options, resumed.session_id, resumed.path)
         base = build_plan(options, streaming=True)
         system_text = read_prompt(system) if system is not None else None
+        if system_text is not None:  # --system replaces a bundle's instruction
+            base = attrs.evolve(base, instruction=system_text)
         resumed = find_session(resume) if resume is not None else None
         log = EventLog(events_jsonl) if events_jsonl is not None else None
         if log is not None:
@@ -127,6 +147,7 @@ def chat_command(
         repl = _Repl(
             base, system=system_text, events=events, log=log, strict=strict, resumed=resumed
         )
+        repl.plan_file = options.plan
         try:
             code = anyio.run(repl.main, backend=backend)
         except typer.Exit:
@@ -143,17 +164,7 @@ def chat_plan(base: MountPlan, path: Path) -> MountPlan:
     """``base`` with its context kept in ``path``: context-simple becomes
     context-persistent (same settings); another context module is kept as it is (the chat
     then cannot be resumed)."""
-    data = base.to_dict()
-    context = data["session"]["context"]
-    if context["module"] not in _RESUMABLE:
-        return base
-    config = {
-        key: value
-        for key, value in context.get("config", {}).items()
-        if key not in ("path", "transcript_path")
-    }
-    context.update(module="context-persistent", config={**config, "path": str(path)})
-    return MountPlan.from_dict(data)
+    return persistent_plan(base, path)
 
 
 class _State(enum.Enum):
@@ -193,11 +204,15 @@ class _Repl:
         self.presses = 0
         self.idle_presses = 0
         self.streamed = False
+        self.drifted = False
+        """A replayed turn left its cassette: nothing later can be answered; leave, exit 1."""
         self.decisions: dict[str, str] = {}
         """``/approve`` decisions not yet sent (the turn resumes once none is left)."""
+        self.plan_file: Path | None = None
+        """The plan file the session runs under (remembered beside its transcript)."""
         self._scope: anyio.CancelScope | None = None
         self._read_scope: anyio.CancelScope | None = None
-        if base.context.module not in _RESUMABLE:
+        if base.context.module not in RESUMABLE:
             warn(f"context {base.context.module!r} is not saved by chat: no --resume for it")
 
     async def main(self) -> int:
@@ -207,7 +222,17 @@ class _Repl:
                 group.start_soon(self._watch, signals)
                 try:
                     with anyio.CancelScope() as self._scope:
-                        await self._sessions()
+                        async with contextlib.AsyncExitStack() as stack:
+                            cassette = self.base.cassette
+                            if cassette is not None:
+                                # One cassette for every session of the chat (/reset too):
+                                # their calls go on in the root lane.
+                                from ..testing.cassette import open_cassette
+
+                                await stack.enter_async_context(
+                                    open_cassette(cassette.path, cassette.mode)
+                                )
+                            await self._sessions()
                 finally:
                     group.cancel_scope.cancel()
         return self.exit_code
@@ -276,6 +301,7 @@ class _Repl:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 await enter_session(stack, session)
+                await remember_plan(session, self.plan_file)
                 self._attach(session)
                 context: Any = session.coordinator.get("context")
                 history = await context.get_messages()
@@ -304,6 +330,8 @@ class _Repl:
             CONTENT_BLOCK_START, self._on_block_start, name="cli-chat-stream", inline=True
         )
         hooks.register(CONTENT_BLOCK_DELTA, self._on_delta, name="cli-chat-stream", inline=True)
+        _show_agents(session)
+        session.child_setup.append(_show_agents)  # and each sub-agent's own, indented
 
     def _banner(
         self, session: AmplifierSession, path: Path, history: list[dict[str, Any]], resumed: bool
@@ -338,6 +366,8 @@ class _Repl:
                     return action
                 continue
             await self._turn(session, text)
+            if self.drifted:
+                return _LEAVE
 
     async def _prompt(self) -> str | None:
         say(PROMPT, console=out, end="")
@@ -374,6 +404,8 @@ class _Repl:
         elif result.status is TurnStatus.ERROR:
             error = result.error
             say(f"error: the turn failed: {type(error).__name__}: {one_line(str(error))}")
+            if isinstance(error, CassetteMismatchError):
+                self.drifted, self.exit_code = True, 1
         elif result.status is TurnStatus.AWAITING_APPROVAL:
             self._show_pending(session, list(result.pending_approvals))
         elif result.status is not TurnStatus.SUCCESS:
@@ -473,6 +505,38 @@ class _Repl:
         say(f"(saved {len(messages)} messages to {path})")
 
 
+def _show_agents(session: AmplifierSession) -> None:
+    """Sub-agent activity, one short line as each starts and ends, indented by depth:
+    ``  ↳ researcher started`` … ``  ↳ researcher done: success, 2 calls, 1 234 tokens``."""
+    indent = "  " * (session.depth + 1)
+    hooks = session.coordinator.hooks
+
+    def started(event: str, data: dict[str, Any]) -> HookResult:
+        agent = data.get("agent") or str(data.get("sub_session_id", "?")).rpartition("_")[2]
+        verb = "resumed" if event == TASK_AGENT_RESUMED else "started"
+        say(f"{indent}↳ {agent} {verb}")
+        return HookResult()
+
+    def completed(event: str, data: dict[str, Any]) -> HookResult:
+        agent = data.get("agent") or str(data.get("sub_session_id", "?")).rpartition("_")[2]
+        if data.get("error"):
+            say(f"{indent}↳ {agent} failed: {one_line(str(data['error']))}")
+            return HookResult()
+        usage = data.get("usage") or {}
+        tokens = usage.get("total_tokens") if isinstance(usage, dict) else None
+        parts = [str(data.get("status", "?"))]
+        if data.get("turn_count") is not None:
+            parts.append(f"{data['turn_count']} calls")
+        if tokens:
+            parts.append(f"{tokens:,} tokens".replace(",", " "))
+        say(f"{indent}↳ {agent} done: {', '.join(parts)}")
+        return HookResult()
+
+    for event in (TASK_AGENT_SPAWNED, TASK_AGENT_RESUMED):
+        hooks.register(event, started, name="cli-chat-agents", inline=True)
+    hooks.register(TASK_AGENT_COMPLETED, completed, name="cli-chat-agents", inline=True)
+
+
 def transcript_markdown(messages: list[dict[str, Any]], session_id: str) -> str:
     """The conversation as Markdown (``/save FILE.md``): a heading per message naming its
     role, the text as it is, each tool call's arguments and each tool result in a fenced
@@ -544,6 +608,9 @@ def _goodbye(session_id: str, path: Path, count: int) -> None:
     with contextlib.suppress(OSError):  # nothing was said: leave no empty session behind
         if path.exists() and path.stat().st_size == 0:
             path.unlink()
+        if not path.exists():  # the files beside it (its writer has closed by now)
+            for beside in (lock_path_for(path), metadata_path_for(path)):
+                beside.unlink(missing_ok=True)
         path.parent.rmdir()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
+import attrs
 import typer
 
 from ..kernel._mount_plan import MountPlan
@@ -28,13 +29,18 @@ from ._common import (
     say,
     turn_json,
 )
-from ._plans import PlanOptions, build_plan, read_prompt
+from ._plans import PlanOptions, agent_plan, build_plan, persistent_plan, read_prompt
+from ._stored import remember_plan, stored_plan
 
 __all__ = ("run_command", "add_system_prompt")
 
 PlanOption = Annotated[
     Path | None,
-    typer.Option("--plan", help="A mount plan (.yaml/.yml/.toml); default: the offline demo."),
+    typer.Option(
+        "--plan",
+        help="A mount plan (.yaml/.yml/.toml) or an upstream bundle or profile (.md, a "
+        "bundle directory); default: the offline demo.",
+    ),
 ]
 BackendOption = Annotated[str, typer.Option("--backend", help="asyncio or trio.")]
 ProviderOption = Annotated[
@@ -71,6 +77,30 @@ EventsJsonlOption = Annotated[
     Path | None,
     typer.Option("--events-jsonl", help="Write every event, untruncated, as JSON lines to FILE."),
 ]
+RecordOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--record",
+        metavar="FILE",
+        help="Record every provider call to FILE (JSON lines) for --replay.",
+    ),
+]
+ReplayOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--replay",
+        metavar="FILE",
+        help="Answer every provider call from FILE (made by --record); no request is sent.",
+    ),
+]
+AgentOption = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        metavar="NAME",
+        help="Run the plan's agent NAME (its agents: section) as the session itself.",
+    ),
+]
 StrictOption = Annotated[
     bool, typer.Option("--strict", help="Refuse config keys a module does not declare.")
 ]
@@ -78,8 +108,12 @@ StrictOption = Annotated[
 
 def run_command(
     prompt: Annotated[
-        str, typer.Argument(help="What to ask the agent; - reads stdin, @FILE a file.")
-    ],
+        str | None,
+        typer.Argument(
+            help="What to ask the agent; - reads stdin, @FILE a file. With --resume and no "
+            "prompt: continue the session's last turn (after approvals, or a crash)."
+        ),
+    ] = None,
     *,
     plan: PlanOption = None,
     backend: BackendOption = "asyncio",
@@ -95,6 +129,18 @@ def run_command(
         bool, typer.Option("--json", help="Print the TurnResult as one JSON object on stdout.")
     ] = False,
     strict: StrictOption = False,
+    record: RecordOption = None,
+    replay: ReplayOption = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume",
+            metavar="ID",
+            help="Run in a saved session (sessions list), under the plan it ran under "
+            "unless --plan says otherwise.",
+        ),
+    ] = None,
+    agent: AgentOption = None,
 ) -> None:
     """Run one turn and print the answer."""
     check_backend(backend)
@@ -105,13 +151,36 @@ def run_command(
         base_url=base_url,
         max_iterations=max_iterations,
         tools=tools,
+        record=record,
+        replay=replay,
+        strict=strict,
     )
     with cli_command():
+        resumed = None
+        if resume is not None:  # without --plan: the plan the session ran under
+            from .sessions import find_session  # only for --resume
+
+            resumed = find_session(resume)
+            options = stored_plan(options, resumed.session_id, resumed.path)
+        elif prompt is None:
+            raise fail(
+                "missing argument 'PROMPT' — try 'amplifier-anyio run --help' "
+                "(or run --resume ID to continue a saved session)"
+            )
         mount_plan = build_plan(options)
-        text = read_prompt(prompt)
+        if resumed is not None:
+            mount_plan = persistent_plan(mount_plan, resumed.path)
+        text = read_prompt(prompt) if prompt is not None else None
         system_text = read_prompt(system) if system is not None else None
+        if agent is not None:
+            mount_plan, instruction = agent_plan(mount_plan, agent)
+            system_text = system_text if system_text is not None else instruction
+        if system_text is not None:  # --system replaces a bundle's instruction
+            mount_plan = attrs.evolve(mount_plan, instruction=system_text)
         log = EventLog(events_jsonl) if events_jsonl is not None else None
         turn = _Turn(mount_plan, text, system=system_text, events=events, log=log, strict=strict)
+        turn.plan_file = options.plan
+        turn.session_id = resumed.session_id if resumed is not None else None
         try:
             result, session_id = _run(turn, backend)
         finally:
@@ -138,7 +207,7 @@ class _Turn:
     def __init__(
         self,
         plan: MountPlan,
-        prompt: str,
+        prompt: str | None,
         *,
         system: str | None,
         events: bool,
@@ -151,6 +220,10 @@ class _Turn:
         self.events = events
         self.log = log
         self.strict = strict
+        self.plan_file: Path | None = None
+        """The plan file (remembered beside a persistent transcript)."""
+        self.session_id: str | None = None
+        """A saved session to run in (``--resume``); None: a new one."""
 
     async def __call__(self) -> tuple[TurnResult, str]:
         """The turn, with Ctrl-C read as a signal that cancels it through a cancel scope.
@@ -180,16 +253,25 @@ class _Turn:
         return outcome
 
     async def _turn(self) -> tuple[TurnResult, str]:
-        session = AmplifierSession(self.plan, strict=self.strict, approval_system=approval_system())
+        session = AmplifierSession(
+            self.plan,
+            session_id=self.session_id,
+            is_resumed=self.session_id is not None,
+            strict=self.strict,
+            approval_system=approval_system(),
+        )
         if self.log is not None:
             self.log.open()
             self.log.attach(session)
         async with contextlib.AsyncExitStack() as stack:
             await enter_session(stack, session)
+            await remember_plan(session, self.plan_file)
             if self.events:
                 print_events(session)
             if self.system is not None:
                 await add_system_prompt(session, self.system)
+            if self.prompt is None:  # --resume without a prompt: the last turn goes on
+                return await session.resume(), session.session_id
             return await session.run(self.prompt), session.session_id
 
 

@@ -4,12 +4,20 @@ A session is a directory ``<home>/projects/<slug>/sessions/<id>/`` holding
 ``context-messages.jsonl`` (context-persistent's file; ``<home>`` is ``$AMPLIFIER_HOME``,
 default ``~/.amplifier``; ``<slug>`` names the working directory). ``list`` shows the
 sessions of the working directory (``--all``: of every directory), newest first; ``show``
-prints one conversation; ``rm`` deletes one (asking first on a terminal; ``--yes`` does
+prints one conversation, then the tree of its sub-agent sessions (children persisted next
+to it by tool-task, each with a ``metadata.json`` naming its parent; ``docs/agents.md``);
+``rm`` deletes one (asking first on a terminal; ``--yes`` does
 not ask, and off a terminal is required). A session is named by its id or by an
 unambiguous prefix of it, in any project.
 
 ``approve ID CALL allow|deny`` decides a tool call a turn left waiting for approval
-(``docs/durable.md``); ``chat --resume ID`` then continues the turn (``/resume``).
+(``docs/durable.md``); ``run --resume ID`` (or ``chat --resume ID``, then ``/resume``)
+continues the turn, under the plan the session ran under.
+
+Nothing here but ``rm`` writes: ``list`` and ``show`` read the transcript as it is (a
+running session's too), and ``approve`` appends to the transcript's decisions file, which
+the session's writer takes in when the turn resumes. ``rm`` takes the session's writer
+lock first, so it refuses a session a process has open.
 
 Each sub-command is one function registered on `app` (``@app.command("name")``)
 and resolves its ``ID`` with `find_session`.
@@ -28,10 +36,11 @@ import anyio
 import attrs
 import typer
 
-from ..contexts import _jsonl
+from ..contexts import _jsonl, _store
 from ..contexts.durable import approve, pending_approvals
 from ..contexts.persistent import CONTEXT_MESSAGES_FILENAME, amplifier_home, default_path
 from ..errors import ContextFileError, SessionError
+from ..kernel._agents import read_metadata
 from ..kernel._turns import PendingApproval
 from ._common import fail, one_line, out, say
 
@@ -47,6 +56,7 @@ __all__ = (
     "approve_command",
     "describe_message",
     "describe_pending",
+    "session_tree",
 )
 
 app = typer.Typer(
@@ -195,6 +205,14 @@ def show_command(
     if waiting:
         for line in describe_pending(waiting, info.session_id):
             say(line, console=out)
+    parent = (read_metadata(info.path) or {}).get("parent_id")
+    if parent:
+        say(f"sub-agent session of {parent}", console=out)
+    tree = session_tree(info)
+    if tree:
+        say("sub-agents:", console=out)
+        for line in tree:
+            say(line, console=out)
 
 
 @app.command("approve")
@@ -217,8 +235,39 @@ def approve_command(
         say(f"{len(waiting)} call(s) still waiting: " + ", ".join(p.call_id for p in waiting))
     else:
         say(
-            f"continue the turn with: amplifier-anyio chat --resume {info.session_id}, then /resume"
+            f"continue the turn with: amplifier-anyio run --resume {info.session_id} "
+            f"(or chat --resume {info.session_id}, then /resume)"
         )
+
+
+def session_tree(info: SessionInfo) -> list[str]:
+    """The lines that draw the sub-agent sessions below ``info`` (read-only): each child
+    with its agent, messages and first prompt, its own children indented below it."""
+    children: dict[str, list[tuple[str, SessionInfo]]] = {}
+    directory = info.directory.parent
+    for child in sorted(directory.iterdir()) if directory.is_dir() else ():
+        metadata = read_metadata(child / CONTEXT_MESSAGES_FILENAME)
+        found = _info(child / CONTEXT_MESSAGES_FILENAME) if metadata else None
+        if metadata and found is not None and isinstance(metadata.get("parent_id"), str):
+            agent = str(metadata.get("agent_name") or "?")
+            children.setdefault(metadata["parent_id"], []).append((agent, found))
+    lines: list[str] = []
+    drawn = {info.session_id}  # metadata that loops (edited by hand) is drawn once
+
+    def draw(session_id: str, indent: str) -> None:
+        below = [(a, c) for a, c in children.get(session_id, []) if c.session_id not in drawn]
+        drawn.update(c.session_id for _, c in below)
+        for index, (agent, child) in enumerate(below):
+            last = index == len(below) - 1
+            branch, more = ("└─ ", "   ") if last else ("├─ ", "│  ")
+            title = child.title if len(child.title) <= 50 else child.title[:49] + "…"
+            lines.append(
+                f"{indent}{branch}{agent}  {child.session_id}  {child.messages} msgs  {title}"
+            )
+            draw(child.session_id, indent + more)
+
+    draw(info.session_id, "  ")
+    return lines
 
 
 def _pending(info: SessionInfo) -> list[PendingApproval]:
@@ -235,7 +284,8 @@ def rm_command(
         bool, typer.Option("--yes", "-y", help="Delete without asking (needed off a terminal).")
     ] = False,
 ) -> None:
-    """Delete a saved session (its whole directory), after asking on a terminal."""
+    """Delete a saved session (its whole directory), after asking on a terminal; never
+    one a process has open."""
     info = find_session(session_id)
     if not yes:
         if not sys.stdin.isatty():
@@ -249,9 +299,15 @@ def rm_command(
             say(f"kept session {info.session_id}")
             raise typer.Exit(1)
     try:
+        held = _store.acquire_writer(info.path)  # as its writer: no session has it open
+    except (SessionError, ContextFileError) as exc:
+        raise fail(f"cannot remove session {info.session_id}: {exc}") from None
+    try:
         shutil.rmtree(info.directory)
     except OSError as exc:
         raise fail(f"cannot remove {info.directory}: {exc.strerror or exc}") from None
+    finally:
+        _store.release_writer(held)
     say(f"removed session {info.session_id}")
 
 

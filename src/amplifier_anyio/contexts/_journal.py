@@ -8,8 +8,12 @@ made the call (so an id a provider reuses in a later turn is another call). Reco
 - ``started`` (``tool``, ``args_hash``, ``key``, ``idempotent``): written, fsynced, before
   the tool runs;
 - ``finished`` (``content``, ``success``): the call's result as soon as it exists;
-- ``deferred`` (``tool``, ``input``, ``prompt``): the call waits for an approval;
-- ``decided`` (``decision``: ``allow`` | ``deny``): the approval's answer.
+- ``deferred`` (``tool``, ``input``, ``prompt``, ``hold``): the call waits for an approval
+  (``hold`` names this deferral; a later deferral of the same call forgets the decision
+  of an earlier one);
+- ``decided`` (``decision``: ``allow`` | ``deny``, ``digest``: `call_digest` of the
+  tool and arguments decided on, ``hold``, ``id``: the decision's own id when it came from
+  the decisions file): the approval's answer, bound to the call as it was shown.
 
 A call without a result in the history is settled from its records on load: ``finished``
 gives that result (the call never runs again); ``deferred`` gives a *pending* placeholder;
@@ -28,6 +32,7 @@ from typing import Any
 
 import attrs
 
+from ..errors import SessionError
 from ..kernel._turns import PendingApproval
 from ._messages import calls, result_ids
 
@@ -49,11 +54,16 @@ __all__ = (
     "ResumeWork",
     "resume_work",
     "arguments_hash",
+    "call_digest",
     "idempotency_key",
     "pending_result",
     "resumable_result",
     "is_placeholder",
     "PENDING_MESSAGE",
+    "ArgumentsChangedError",
+    "outside_decisions",
+    "decision_record",
+    "check_approved",
 )
 
 STARTED = "started"
@@ -78,7 +88,13 @@ class CallState:
     """The result's content once a ``finished`` record exists."""
     success: bool | None = None
     deferred: PendingApproval | None = None
+    hold: str | None = None
+    """The id of the deferral the call waits in (None in a journal older than holds)."""
     decision: str | None = None
+    digest: str | None = None
+    """The `call_digest` the decision was made on."""
+    decision_ids: set[str] = attrs.field(factory=set)
+    """Ids of the outside decisions already taken into this journal."""
 
 
 def fold(records: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str], CallState]:
@@ -107,6 +123,9 @@ def apply_record(states: dict[tuple[int, str], CallState], record: Mapping[str, 
         state.success = bool(record.get("success", True))
     elif kind == DEFERRED:
         state.started = False  # the run (if any) ended in the deferral
+        state.decision = state.digest = None  # a decision answers one deferral only
+        hold = record.get("hold")
+        state.hold = hold if isinstance(hold, str) else None
         state.tool = str(record.get("tool", state.tool))
         state.deferred = PendingApproval(
             call_id=call_id,
@@ -116,6 +135,10 @@ def apply_record(states: dict[tuple[int, str], CallState], record: Mapping[str, 
         )
     elif kind == DECIDED and record.get("decision") in ("allow", "deny"):
         state.decision = record["decision"]
+        digest = record.get("digest")
+        state.digest = digest if isinstance(digest, str) else None
+        if isinstance(record.get("id"), str):
+            state.decision_ids.add(record["id"])
 
 
 def read_records(data: bytes) -> list[dict[str, Any]]:
@@ -137,6 +160,15 @@ def arguments_hash(arguments: Any) -> str:
     """SHA-256 of the arguments' canonical JSON (sorted keys)."""
     text = json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def call_digest(tool: str, arguments: Any) -> str:
+    """What an approval binds to: SHA-256 of the tool name and the arguments' canonical
+    JSON (sorted keys, no spaces)."""
+    text = json.dumps(
+        arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
+    )
+    return hashlib.sha256(f"{tool}\0{text}".encode()).hexdigest()
 
 
 def idempotency_key(scope: str, at: int, call_id: str, args_hash: str) -> str:
@@ -398,3 +430,71 @@ def resume_work(
         denied=denied,
         waiting=tuple(waiting),
     )
+
+
+class ArgumentsChangedError(SessionError):
+    """An allowed call is about to run with other arguments than the ones decided on: it is
+    denied (the tool batch answers it with this message) and not run."""
+
+
+def decision_record(
+    state: CallState, decision: str, *, decision_id: str | None = None
+) -> dict[str, Any]:
+    """The ``decided`` record of ``decision`` on the deferral ``state`` waits in, bound to
+    the tool and arguments it was deferred with."""
+    assert state.deferred is not None
+    record: dict[str, Any] = {
+        "type": DECIDED,
+        "at": state.at,
+        "call_id": state.call_id,
+        "decision": decision,
+        "digest": call_digest(state.deferred.tool, state.deferred.input),
+        "hold": state.hold,
+    }
+    if decision_id is not None:
+        record["id"] = decision_id
+    return record
+
+
+def outside_decisions(
+    records: Iterable[Mapping[str, Any]],
+    messages: list[dict[str, Any]],
+    states: Mapping[tuple[int, str], CallState],
+) -> list[dict[str, Any]]:
+    """Of the decisions file's records, those still to take: well formed, on a call that
+    waits now (the same deferral it was decided on), and not taken before (by id)."""
+    waiting = {
+        (at, str(m.get("tool_call_id")))
+        for at, m in placeholders(messages)
+        if (m.get("metadata") or {}).get("pending_approval")
+    }
+    taken = {i for state in states.values() for i in state.decision_ids}
+    found = []
+    for record in records:
+        key = (record.get("at"), record.get("call_id"))
+        state = states.get(key) if key in waiting else None
+        if state is None or state.deferred is None or record.get("type") != DECIDED:
+            continue
+        if record.get("decision") not in ("allow", "deny"):
+            continue
+        if not isinstance(record.get("id"), str) or record["id"] in taken:
+            continue
+        if state.hold is not None and record.get("hold") != state.hold:
+            continue  # decided on an earlier deferral of the call
+        found.append(dict(record))
+        taken.add(record["id"])
+    return found
+
+
+def check_approved(state: CallState | None, tool: str, arguments: Any) -> None:
+    """Raise `ArgumentsChangedError` when ``state`` is an allowed call and ``tool`` /
+    ``arguments`` are not what the decision was made on."""
+    if state is None or state.deferred is None or state.decision != "allow":
+        return
+    if state.digest is not None and state.digest == call_digest(tool, arguments):
+        return
+    msg = (
+        f"the arguments of {tool} call {state.call_id} changed after it was approved; "
+        "it was not run"
+    )
+    raise ArgumentsChangedError(msg)

@@ -19,6 +19,7 @@ import json
 import json.scanner
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,9 @@ __all__ = (
     "read_messages",
     "read_lines",
     "remove_stale_temp_files",
+    "append_fd",
+    "fsync_dir",
+    "collector_paused",
 )
 
 
@@ -109,6 +113,11 @@ def _append(path: Path, fd: int, data: bytes, undo_to: int | None) -> None:
         raise AppendError(path, problem, None) from exc
 
 
+def append_fd(path: Path, fd: int, data: bytes) -> None:
+    """`append_line` on a descriptor the caller opened (``O_APPEND``) and closes."""
+    _append(path, fd, data, None)
+
+
 def _ends_with_newline(fd: int, size: int) -> bool:
     os.lseek(fd, size - 1, os.SEEK_SET)  # reads only: O_APPEND writes go to the end anyway
     return os.read(fd, 1) == b"\n"
@@ -168,8 +177,7 @@ def read_lines(path: Path) -> tuple[list[dict[str, Any]], list[int], bool]:
     except OSError as exc:
         raise ContextFileError(path, None, f"cannot read: {_reason(exc)}") from exc
     complete = data.rfind(b"\n") + 1
-    with _no_collection():
-        fast = _read_fast(data[:complete])
+    fast = _read_fast(data[:complete])
     if fast is None:  # a blank or bad line somewhere: line by line, to name it
         lines = data[:complete].split(b"\n")[:-1]
         messages, lengths = [], []
@@ -199,21 +207,36 @@ _scan: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
 )
 
 
+_pause_lock = threading.Lock()
+_pauses = 0
+_collect_after = False
+
+
 @contextlib.contextmanager
-def _no_collection() -> Iterator[None]:
-    """The cyclic garbage collector paused while a file's messages are built.
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused while a file's messages are built; enter it on
+    the event loop's thread, around the worker thread that reads.
 
     Parsing allocates one container after another and nothing it builds is garbage or
-    cyclic, yet the collector would walk the growing history again and again (a third of
-    a large load's time). It is paused for the parse only, and left as it was found.
+    cyclic, yet the collector would walk the growing history again and again (a quarter
+    to a third of a large load's time, measured). The pause is process-wide, so it is
+    never toggled from a worker thread, and loads that overlap (two contexts, two event
+    loops) share one pause, counted: the collector is left as it was found once the last
+    of them ends.
     """
-    enabled = gc.isenabled()
-    gc.disable()
+    global _pauses, _collect_after  # noqa: PLW0603 - one pause for the whole process
+    with _pause_lock:
+        if _pauses == 0:
+            _collect_after = gc.isenabled()
+            gc.disable()
+        _pauses += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _pause_lock:
+            _pauses -= 1
+            if _pauses == 0 and _collect_after:
+                gc.enable()
 
 
 def _read_fast(data: bytes) -> tuple[list[dict[str, Any]], list[int]] | None:
@@ -263,6 +286,11 @@ def _write_all(fd: int, data: bytes) -> None:
         if not written:  # not expected of a regular file; never loop on it
             raise OSError(errno.EIO, "write stored nothing")
         view = view[written:]
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a newly created or renamed entry of ``directory`` durable (where allowed)."""
+    _fsync_dir(directory)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -18,8 +18,17 @@ calls that wait for an approval.
 
 An append that fails (a full disk) fails whole: the file is cut back to what it was and
 the messages are not added to the history either; the error is a
-[`ContextFileError`][amplifier_anyio.errors.ContextFileError]. One writer per file: two managers on
-one path are not supported.
+[`ContextFileError`][amplifier_anyio.errors.ContextFileError].
+
+One writer per file (DESIGN §15): a writing manager takes an OS lock beside the file
+(``<name>.lock``, holding its pid) when it loads, and keeps it until ``aclose()`` (the
+module's cleanup); a second writer — another process, or another manager in this one —
+gets [`SessionError`][amplifier_anyio.SessionError] naming the holder. ``read_only=True``
+opens the file without the lock and never writes anything: it repairs only in memory,
+which is what every inspecting path (``sessions show``,
+[`pending_approvals`][amplifier_anyio.contexts.pending_approvals], ``validate``) uses.
+Approvals decided from outside reach the writer through an append-only decisions file
+(``<name>.decisions.jsonl``) that it takes into its journal.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ import hashlib
 import json
 import logging
 import os
+import uuid
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,10 +47,10 @@ import anyio
 import anyio.to_thread
 
 from ..config_schema import ConfigSchema, Setting
-from ..errors import ConfigError
+from ..errors import ConfigError, SessionError
 from ..kernel._offload import BlockingLane
 from ..kernel._turns import PendingApproval
-from . import _journal, _jsonl
+from . import _journal, _jsonl, _store
 from ._journal import ResumeWork
 from ._jsonl import ContextFileError
 from ._messages import calls
@@ -61,6 +72,8 @@ __all__ = (
     "CONTEXT_MESSAGES_FILENAME",
     "AMPLIFIER_HOME_ENV",
     "journal_path_for",
+    "lock_path_for",
+    "decisions_path_for",
     "ResumeWork",
     "line_estimate",
 )
@@ -78,6 +91,9 @@ INTERRUPTED_ERROR = _journal.INTERRUPTED_ERROR
 MODULE_ID = "context-persistent"
 
 
+DECISION_SETTLE = 10.0
+"""Seconds a cancelled ``journal_decide`` waits for a decision write already under way."""
+
 JOURNAL_COMPACT_AT = 512
 """Journal records after which a batch's results, once written, drop the journal (when no
 call waits for a resume)."""
@@ -87,6 +103,16 @@ def journal_path_for(path: str | os.PathLike[str]) -> Path:
     """The tool-call journal beside a messages file: ``<stem>.journal.jsonl``."""
     path = Path(path)
     return path.with_name(f"{path.stem}.journal.jsonl")
+
+
+def lock_path_for(path: str | os.PathLike[str]) -> Path:
+    """The writer lock beside a messages file: ``<stem>.lock`` (it holds the writer's pid)."""
+    return _store.lock_path_for(Path(path))
+
+
+def decisions_path_for(path: str | os.PathLike[str]) -> Path:
+    """The decisions from outside beside a messages file: ``<stem>.decisions.jsonl``."""
+    return _store.decisions_path_for(Path(path))
 
 
 def interrupted_result(call_id: str, name: str) -> dict[str, Any]:
@@ -123,6 +149,12 @@ class PersistentContextManager(SimpleContextManager):
     (Amplifier's rule: on resume the file is the full history, and what a host passes back is a
     filtered copy); [`clear`][amplifier_anyio.contexts.PersistentContextManager.clear] ends that,
     since the file is then empty.
+
+    A writing manager holds the file's writer lock from its load until
+    [`aclose`][amplifier_anyio.contexts.PersistentContextManager.aclose] (or until it is
+    garbage-collected); ``read_only=True`` never locks and never writes — every method that
+    would write raises [`SessionError`][amplifier_anyio.SessionError]. ``async with`` loads
+    and closes it.
     """
 
     def __init__(
@@ -135,6 +167,7 @@ class PersistentContextManager(SimpleContextManager):
         safety_margin: int = DEFAULTS["safety_margin"],
         estimator: Estimator | None = None,
         hooks: Any | None = None,
+        read_only: bool = False,
     ) -> None:
         super().__init__(
             max_tokens=max_tokens,
@@ -157,7 +190,12 @@ class PersistentContextManager(SimpleContextManager):
         self._undo_to: int | None = None  # where torn bytes of a failed append start
         self.interrupted_calls_closed = 0
         """How many open tool calls the load closed (interrupted, recovered or held)."""
+        self.read_only = read_only
+        """Opened only to read: no lock, no write, repairs in memory only."""
         self.journal_path = journal_path_for(self.path)
+        self.decisions_path = decisions_path_for(self.path)
+        self._writer_lock: weakref.finalize[Any, Any] | None = None
+        self._closed = False
         self._records: list[dict[str, Any]] = []
         self._states: dict[tuple[int, str], _journal.CallState] = {}
         self._journal_lock = anyio.Lock()
@@ -172,8 +210,37 @@ class PersistentContextManager(SimpleContextManager):
         return self._loaded_from_file
 
     async def load(self) -> None:
-        """Read the file now (once; later calls only checkpoint)."""
+        """Read the file now (once; later calls only checkpoint). A writing manager takes
+        the writer lock first: [`SessionError`][amplifier_anyio.SessionError] names the
+        holder if another has it."""
         await self._ready()
+
+    @property
+    def holds_lock(self) -> bool:
+        """Whether this manager holds the file's writer lock now."""
+        return self._writer_lock is not None and self._writer_lock.alive
+
+    async def aclose(self) -> None:
+        """Let the writer lock go; the manager writes nothing after this (idempotent)."""
+        self._closed = True
+        if self._writer_lock is not None:
+            self._writer_lock()  # closes the lock's descriptor: no blocking I/O
+        await anyio.lowlevel.checkpoint()
+
+    async def __aenter__(self) -> PersistentContextManager:
+        await self.load()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _writable(self) -> None:
+        if self.read_only:
+            msg = f"{self.path} is open read-only: nothing is written"
+            raise SessionError(msg)
+        if self._closed:
+            msg = f"the context of {self.path} is closed: nothing is written"
+            raise SessionError(msg)
 
     async def add_message(self, message: dict[str, Any]) -> None:
         """Append a copy of ``message`` to the file (fsynced) and to the history.
@@ -184,6 +251,7 @@ class PersistentContextManager(SimpleContextManager):
         calls would then run is withdrawn; should the stuck write land later, a reload
         closes its calls as interrupted.
         """
+        self._writable()
         stored, cost = self._prepare(message)
         line = _jsonl.encode(stored)
         async with self._lock:
@@ -205,6 +273,7 @@ class PersistentContextManager(SimpleContextManager):
         The file catches up when the stuck write lands; if it never does, a reload closes
         those calls as interrupted.
         """
+        self._writable()
         prepared = [self._prepare(message) for message in messages]
         lines = b"".join(_jsonl.encode(stored) for stored, _ in prepared)
         async with self._lock:
@@ -232,6 +301,7 @@ class PersistentContextManager(SimpleContextManager):
 
     async def set_messages(self, messages: list[dict[str, Any]]) -> None:
         """Replace history and file, unless the history was loaded from the file."""
+        self._writable()
         prepared = [self._prepare(message) for message in messages]
         async with self._lock:
             await self._load_locked()
@@ -246,6 +316,7 @@ class PersistentContextManager(SimpleContextManager):
 
     async def clear(self) -> None:
         """Forget every message and empty the file."""
+        self._writable()
         async with self._lock:
             await self._load_locked()
             await self._rewrite_locked([])
@@ -261,10 +332,19 @@ class PersistentContextManager(SimpleContextManager):
     async def _load_locked(self) -> None:
         if self._loaded:
             return
+        if not self.read_only and not self._closed:
+            fd = await anyio.to_thread.run_sync(_store.acquire_writer, self.path)
+            self._writer_lock = weakref.finalize(self, _store.release_writer, fd)
         estimator = None if self._estimates_from_lines else self.estimator
-        messages, costs, closed, records = await anyio.to_thread.run_sync(
-            _load, self.path, self.journal_path, estimator
-        )
+        try:
+            with _jsonl.collector_paused():  # on the loop's thread, never the worker's
+                messages, costs, closed, records = await anyio.to_thread.run_sync(
+                    _load, self.path, self.journal_path, estimator, self.read_only or self._closed
+                )
+        except BaseException:
+            if self._writer_lock is not None:
+                self._writer_lock()
+            raise
         self._reset(messages, costs)
         self._records = records
         self._states = _journal.fold(records)
@@ -273,6 +353,30 @@ class PersistentContextManager(SimpleContextManager):
         self.interrupted_calls_closed = closed
         if closed:
             logger.warning("%s: closed %d interrupted tool call(s)", self.path, closed)
+        await self._take_decisions()
+
+    async def _take_decisions(self) -> None:
+        """Take the decisions made from outside (``sessions approve``) into the journal; a
+        read-only manager only folds them into what it shows."""
+        read = await anyio.to_thread.run_sync(_store.read_decisions, self.decisions_path)
+        records, size = read
+        if not size:
+            return
+        taken = _journal.outside_decisions(records, self._messages, self._states)
+        if self.read_only or self._closed:
+            for record in taken:
+                _journal.apply_record(self._states, record)
+            return
+        if taken:
+            try:
+                await self._journal_append(*taken)
+            except ContextFileError as exc:  # they stay in the file for the next try
+                logger.warning("%s: cannot take the decisions from outside: %s", self.path, exc)
+                return
+        try:
+            await anyio.to_thread.run_sync(_store.drop_decisions, self.decisions_path, size)
+        except OSError as exc:  # taken ones are known by id: reading them again is harmless
+            logger.warning("%s: cannot empty the decisions file: %s", self.path, exc)
 
     async def _append_locked(self, data: bytes) -> None:
         # Abandoned only when the caller's bound expires: until then what the thread
@@ -308,9 +412,16 @@ class PersistentContextManager(SimpleContextManager):
     async def journal_started(
         self, call_id: str, tool: str, arguments: Any, *, idempotent: bool = False
     ) -> str:
-        """Record, fsynced, that a call is about to run; returns its idempotency key."""
+        """Record, fsynced, that a call is about to run; returns its idempotency key.
+
+        An allowed call whose tool or arguments are not what the decision was made on
+        raises `ArgumentsChangedError` (nothing is
+        recorded; the batch answers the call as denied and does not run it).
+        """
+        self._writable()
         await self._ready()
         at = self._at_of(call_id)
+        _journal.check_approved(self._states.get((at, call_id)), tool, arguments)
         digest = _journal.arguments_hash(arguments)
         key = _journal.idempotency_key(str(self.path.resolve()), at, call_id, digest)
         record = {
@@ -327,6 +438,7 @@ class PersistentContextManager(SimpleContextManager):
 
     async def journal_finished(self, call_id: str, content: str, *, success: bool = True) -> None:
         """Record, fsynced, the result of a call (the last record of a call wins)."""
+        self._writable()
         await self._ready()
         record = {
             "type": _journal.FINISHED,
@@ -338,7 +450,9 @@ class PersistentContextManager(SimpleContextManager):
         await self._journal_append(record)
 
     async def journal_deferred(self, call_id: str, tool: str, tool_input: Any, prompt: str) -> None:
-        """Record, fsynced, that a call waits for an approval."""
+        """Record, fsynced, that a call waits for an approval (a new deferral: a decision
+        on an earlier one does not answer it)."""
+        self._writable()
         await self._ready()
         record = {
             "type": _journal.DEFERRED,
@@ -347,44 +461,51 @@ class PersistentContextManager(SimpleContextManager):
             "tool": tool,
             "input": tool_input,
             "prompt": prompt,
+            "hold": uuid.uuid4().hex,
         }
         await self._journal_append(record)
 
     async def journal_decide(self, approvals: dict[str, str]) -> None:
-        """Record approvals (``call id → "allow" | "deny"``) of the pending calls.
+        """Record approvals (``call id → "allow" | "deny"``) of the pending calls, each bound
+        to the tool and arguments its call was deferred with.
 
-        Raises ``ValueError`` naming a call id that is not pending, or a decision that is
-        neither allow nor deny; then nothing is recorded.
+        All or nothing: one write, fsynced; a cancel before it starts records nothing, and
+        nothing of it is written later. Raises ``ValueError`` naming a call id that is not
+        pending, or a decision that is neither allow nor deny; then nothing is recorded.
         """
+        self._writable()
         await self._ready()
-        pending = {p.call_id for p in _journal.pending_of(self._messages, self._states)}
-        records = []
-        for call_id, decision in approvals.items():
-            if call_id not in pending:
-                msg = f"approvals[{call_id!r}]: no call with this id waits for an approval"
-                raise ValueError(msg)
-            if decision not in ("allow", "deny"):
-                msg = f"approvals[{call_id!r}]: expected 'allow' or 'deny', got {decision!r}"
-                raise ValueError(msg)
-            at = self._at_of(call_id)
-            records.append(
-                {"type": _journal.DECIDED, "at": at, "call_id": call_id, "decision": decision}
-            )
-        for record in records:
-            await self._journal_append(record)
+        await self._take_decisions()  # older than these: they must not win over them
+        records = _decision_records(self._messages, self._states, approvals)
+        if records:  # begun, the write is waited for: a cancel then comes after it landed
+            await self._journal_append(*records, settle=DECISION_SETTLE)
+
+    def held_calls(self) -> list[tuple[str, str]]:
+        """``(call id, tool)`` of the last batch's held calls that a resume would run or
+        still waits on (not those denied): each needs its tool mounted to resume."""
+        work = _journal.resume_work(self._messages, self._states)
+        if work.assistant is None:
+            return []
+        tools = dict(calls(work.assistant))
+        wanted = [*work.run, *(p.call_id for p in work.waiting)]
+        return [(call_id, tools.get(call_id, "")) for call_id in wanted]
 
     def pending_approvals(self) -> list[PendingApproval]:
         """The calls of the last tool batch that wait for a decision (after a load)."""
         return _journal.pending_of(self._messages, self._states, undecided=True)
 
     async def resume_work(self) -> ResumeWork:
-        """What resuming the last tool batch involves (see `ResumeWork`)."""
+        """What resuming the last tool batch involves (see `ResumeWork`), with the
+        decisions made from outside taken first."""
         await self._ready()
+        if not self.read_only and not self._closed:
+            await self._take_decisions()
         return _journal.resume_work(self._messages, self._states)
 
     async def replace_results(self, messages: list[dict[str, Any]]) -> None:
         """Put ``messages`` (tool results) in place of the placeholders of their calls, in
         one atomic rewrite. A message whose call has no placeholder is ignored."""
+        self._writable()
         by_id = {str(m.get("tool_call_id")): m for m in messages}
         async with self._lock:
             await self._load_locked()
@@ -400,41 +521,100 @@ class PersistentContextManager(SimpleContextManager):
             if replaced:
                 await self._rewrite_locked(prepared, keep_journal=True)
 
-    async def _journal_append(self, record: dict[str, Any]) -> None:
-        """Append one record, fsynced; records queued meanwhile share one write and fsync."""
-        self._journal_queue.append(record)
-        self._journal_enqueued += 1
+    async def _journal_append(self, *records: dict[str, Any], settle: float | None = None) -> None:
+        """Append records, fsynced, all in one write; records queued meanwhile share it.
+
+        Records whose caller is cancelled before they are written are withdrawn, and
+        those of a failed write are not tried again for a caller that got the error: a
+        record is written while its caller waits for it, or never. ``settle``: once the
+        write has started, a cancel waits up to that many seconds for it to land (so the
+        caller knows it did), instead of abandoning it.
+        """
+        self._journal_queue.extend(records)
+        self._journal_enqueued += len(records)
         ticket = self._journal_enqueued
-        async with self._journal_lock:
+        try:
+            await self._journal_lock.acquire()
+        except anyio.get_cancelled_exc_class():
+            self._withdraw(records)
+            raise
+        try:
             if self._journal_flushed >= ticket:
                 return
             batch, self._journal_queue = self._journal_queue, []
             upto = self._journal_enqueued
             data = b"".join(_jsonl.encode(r) for r in batch)
             try:
-                await self._journal_lane.run(
-                    _jsonl.append_line, self.journal_path, data, self._journal_undo
-                )
+                with anyio.CancelScope(shield=settle is not None) as bound:
+                    if settle is not None:
+                        bound.deadline = anyio.current_time() + settle
+                    await self._journal_lane.run(
+                        _jsonl.append_line, self.journal_path, data, self._journal_undo
+                    )
+                if bound.cancelled_caught:
+                    msg = f"the journal write did not land within {settle} s"
+                    raise _jsonl.ContextFileError(self.journal_path, None, msg)
             except _jsonl.AppendError as exc:
                 self._journal_undo = exc.undo_to
-                self._journal_queue[:0] = batch  # the next writer tries them again
+                # the other waiters' records: their next writer tries them again
+                self._journal_queue[:0] = [r for r in batch if not _among(r, records)]
                 raise
             self._journal_undo = None
             self._journal_flushed = upto
             self._records.extend(batch)
             for written in batch:
                 _journal.apply_record(self._states, written)
+        finally:
+            self._journal_lock.release()
+
+    def _withdraw(self, records: tuple[dict[str, Any], ...]) -> None:
+        self._journal_queue = [r for r in self._journal_queue if not _among(r, records)]
+
+
+def _among(record: dict[str, Any], records: tuple[dict[str, Any], ...]) -> bool:
+    return any(record is mine for mine in records)
+
+
+def _decision_records(
+    messages: list[dict[str, Any]],
+    states: Mapping[tuple[int, str], _journal.CallState],
+    approvals: Mapping[str, str],
+    *,
+    outside: bool = False,
+) -> list[dict[str, Any]]:
+    """The ``decided`` records of ``approvals``; ``ValueError`` naming a call that does not
+    wait for a decision, or a decision that is neither allow nor deny."""
+    pending = {
+        (at, str(m.get("tool_call_id")))
+        for at, m in _journal.placeholders(messages)
+        if (m.get("metadata") or {}).get("pending_approval")
+    }
+    by_id = {call_id: (at, call_id) for at, call_id in pending}
+    records = []
+    for call_id, decision in approvals.items():
+        key = by_id.get(call_id)
+        state = states.get(key) if key is not None else None
+        if state is None or state.deferred is None:
+            msg = f"approvals[{call_id!r}]: no call with this id waits for an approval"
+            raise ValueError(msg)
+        if decision not in ("allow", "deny"):
+            msg = f"approvals[{call_id!r}]: expected 'allow' or 'deny', got {decision!r}"
+            raise ValueError(msg)
+        decision_id = uuid.uuid4().hex if outside else None
+        records.append(_journal.decision_record(state, decision, decision_id=decision_id))
+    return records
 
 
 def _load(
-    path: Path, journal: Path, estimator: Estimator | None
+    path: Path, journal: Path, estimator: Estimator | None, read_only: bool = False
 ) -> tuple[list[dict[str, Any]], list[int], int, list[dict[str, Any]]]:
-    """Read, settle against the journal, repair (rewriting the files if needed) and
-    estimate (``estimator`` None: from the length of each message's line, see
-    `line_estimate`); runs in a worker thread. Returns the journal records still
-    needed."""
-    _jsonl.remove_stale_temp_files(path)  # one writer per file: any temp file is dead
-    _jsonl.remove_stale_temp_files(journal)
+    """Read, settle against the journal, repair (rewriting the files if needed, unless
+    ``read_only``: then in memory only) and estimate (``estimator`` None: from the length
+    of each message's line, see `line_estimate`); runs in a worker thread. Returns the
+    journal records still needed."""
+    if not read_only:  # the writer holds the lock: any temp file is a dead writer's
+        _jsonl.remove_stale_temp_files(path)
+        _jsonl.remove_stale_temp_files(journal)
     messages, lengths, torn = _jsonl.read_lines(path)
     try:
         raw = journal.read_bytes()
@@ -444,11 +624,13 @@ def _load(
         raise ContextFileError(journal, None, f"cannot read: {exc.strerror or exc}") from exc
     records = _journal.read_records(raw)
     repaired, closed, changed = _journal.recover(messages, _journal.fold(records))
-    if torn or changed:
+    if (torn or changed) and not read_only:
         _jsonl.rewrite(path, [_jsonl.encode(message) for message in repaired])
     held = {(at, str(m.get("tool_call_id"))) for at, m in _journal.placeholders(repaired)}
     kept = [r for r in records if (r.get("at"), r.get("call_id")) in held]
-    if not kept and raw:
+    if read_only:
+        pass
+    elif not kept and raw:
         _unlink(journal)
     elif raw and (len(kept) != len(records) or not raw.endswith(b"\n")):
         _jsonl.rewrite(journal, [_jsonl.encode(record) for record in kept])
@@ -541,7 +723,8 @@ def default_path(session_id: str, cwd: Path | None = None) -> Path:
 
 
 async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Cleanup | None:
-    """Entry point of ``context-persistent``: build, load and mount at ``context``.
+    """Entry point of ``context-persistent``: build, load and mount at ``context``; the
+    cleanup it returns lets the writer lock go.
 
     The file is ``config["path"]`` (or Amplifier's key ``transcript_path``), else
     `default_path` of the coordinator's ``session_id``. Its directory is created
@@ -561,13 +744,19 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> Clean
         raise ConfigError(f"{MODULE_ID}.{key}: expected a path, got {path!r}")
     validating = bool(getattr(coordinator, "validating", False))
     await anyio.to_thread.run_sync(_check_path, Path(path), f"{MODULE_ID}.{key}", validating)
-    manager = PersistentContextManager(path, **settings, hooks=getattr(coordinator, "hooks", None))
-    if validating:  # validate_plan: the file is neither created nor repaired
+    manager = PersistentContextManager(
+        path, **settings, hooks=getattr(coordinator, "hooks", None), read_only=validating
+    )
+    if validating:  # validate_plan: the file is neither created, locked nor repaired
         await coordinator.mount("context", manager)
         return None
-    await manager.load()
-    await coordinator.mount("context", manager)
-    return None
+    await manager.load()  # takes the writer lock: a second writer fails here
+    try:
+        await coordinator.mount("context", manager)
+    except BaseException:
+        await manager.aclose()
+        raise
+    return manager.aclose
 
 
 CONFIG_SCHEMA = ConfigSchema(

@@ -8,6 +8,13 @@ The hook answers ``tool:pre``. A call is matched against the rules, deny rules f
   configured ``timeout`` and ``default`` (``deny`` unless configured otherwise);
 - else ``continue``.
 
+``default`` is ``allow``, ``deny`` or ``defer``: what applies when the question gets no
+answer in time. ``defer`` holds the call for an approval that outlives the turn (the turn
+ends ``awaiting_approval``; ``docs/durable.md``). When the session has no approval system
+— the CLI without a terminal — ``non_interactive`` applies instead: ``defer`` or
+``deny`` (by default ``defer`` when ``default`` is ``defer``, else ``deny``: nobody is
+there to allow anything).
+
 A rule is a glob on the tool name (``"read_file"``, ``"mcp__*"``) or ``"<tool glob>:<argument
 glob>"`` (``"bash:git status*"``, ``"write_file:/tmp/*"``), or a mapping ``{tool: ...,
 argument: ...}``. The argument is the call's first string among ``argument_keys``
@@ -59,6 +66,7 @@ __all__ = (
     "ALLOW_ONCE",
     "ALLOW_ALWAYS",
     "DENY",
+    "DEFER",
     "OPTIONS",
     "mount",
     "CONFIG_SCHEMA",
@@ -69,8 +77,12 @@ logger = logging.getLogger(__name__)
 ALLOW_ONCE = "Allow once"
 ALLOW_ALWAYS = "Allow always"
 DENY = "Deny"
-OPTIONS = (ALLOW_ONCE, ALLOW_ALWAYS, DENY)
-"""The options the hook offers, in the order the console numbers them."""
+DEFER = "Defer"
+OPTIONS = (ALLOW_ONCE, ALLOW_ALWAYS, DENY, DEFER)
+"""The options the hook offers, in the order the console numbers them (``Defer`` holds the
+call for a decision from outside the turn)."""
+
+Default = Literal["allow", "deny", "defer"]
 
 _PROMPT_HEAD = "Allow the tool "  # the first line names the tool: what "allow always" covers
 
@@ -135,9 +147,14 @@ class ApprovalConfig:
     )
     timeout: float = attrs.field(default=300.0, validator=number())
     """Seconds the approval system may take; then ``default`` applies."""
-    default: Literal["allow", "deny"] = attrs.field(
-        default="deny", validator=one_of(("allow", "deny"))
+    default: Default = attrs.field(default="deny", validator=one_of(("allow", "deny", "defer")))
+    """What applies when the question gets no answer in time (``defer``: the call is held
+    for a decision from outside the turn)."""
+    non_interactive: Literal["defer", "deny"] | None = attrs.field(
+        default=None, validator=attrs.validators.optional(one_of(("defer", "deny")))
     )
+    """What applies when the session has no approval system (no terminal); None:
+    ``defer`` when ``default`` is ``defer``, else ``deny``."""
     priority: int = -50
     """Runs before most hooks: a denied call is not logged as running."""
 
@@ -181,10 +198,25 @@ def _bad_index(rules: list[Any]) -> int:
 
 
 class ApprovalHook:
-    """The ``tool:pre`` handler: deny rules, allow rules, then ask (or continue)."""
+    """The ``tool:pre`` handler: deny rules, allow rules, then ask (or continue).
 
-    def __init__(self, config: ApprovalConfig | None = None) -> None:
+    ``coordinator``: the session's, to know whether anyone can be asked (without one,
+    someone is assumed to be).
+    """
+
+    def __init__(
+        self, config: ApprovalConfig | None = None, coordinator: ModuleCoordinator | None = None
+    ) -> None:
         self.config = config or ApprovalConfig()
+        self._coordinator = coordinator
+
+    def request_default(self) -> Default:
+        """The request's default: ``default``, or ``non_interactive`` with nobody to ask."""
+        if self._coordinator is None or self._coordinator.approval_system is not None:
+            return self.config.default
+        if self.config.non_interactive is not None:
+            return self.config.non_interactive
+        return "defer" if self.config.default == "defer" else "deny"
 
     async def __call__(self, event: str, data: dict[str, Any]) -> HookResult:
         """Decide one call; any failure here denies it (fail closed)."""
@@ -217,7 +249,7 @@ class ApprovalHook:
             approval_prompt=approval_prompt(tool_name, argument),
             approval_options=list(OPTIONS),
             approval_timeout=self.config.timeout,
-            approval_default=self.config.default,
+            approval_default=self.request_default(),
         )
 
     def _argument(self, tool_input: Mapping[str, Any]) -> str | None:
@@ -245,7 +277,7 @@ class ApprovalRequest:
     prompt: str
     options: tuple[str, ...]
     timeout: float
-    default: Literal["allow", "deny"]
+    default: Default
 
 
 class _Remembering:
@@ -270,12 +302,14 @@ def _scope(prompt: str) -> str:
 class ConsoleApprovalSystem(_Remembering):
     """Asks on a terminal: numbered options, an answer line, the request's timeout.
 
-    ``1`` / ``y`` allows once, ``2`` / ``a`` allows always, ``3`` / ``n`` denies; the
-    option's text works too. Anything else, or end of input, denies. No answer within the
-    timeout raises [`ApprovalTimeoutError`][amplifier_anyio.errors.ApprovalTimeoutError] (the
-    request's default then applies). The answer is read from the file descriptor when it is readable
-    (so a timeout leaves no thread blocked on the terminal; Unix); the prompt is written from a
-    worker thread.
+    ``1`` / ``y`` allows once, ``2`` / ``a`` allows always, ``3`` / ``n`` denies, ``4`` /
+    ``d`` / ``defer`` defers (the call waits for a decision from outside the turn, e.g.
+    ``amplifier-anyio sessions approve``); the option's text works too. Anything else, or
+    end of input, denies. No answer within the timeout raises
+    [`ApprovalTimeoutError`][amplifier_anyio.errors.ApprovalTimeoutError] (the request's
+    default then applies). The answer is read from the file descriptor when it is readable
+    (so a timeout leaves no thread blocked on the terminal; Unix); the prompt is written
+    from a worker thread.
     """
 
     def __init__(self, stdin: TextIO | None = None, stdout: TextIO | None = None) -> None:
@@ -288,7 +322,7 @@ class ConsoleApprovalSystem(_Remembering):
         prompt: str,
         options: list[str],
         timeout: float,
-        default: Literal["allow", "deny"],
+        default: Default,
     ) -> str:
         """Show ``prompt`` and ``options``; the chosen option, or raise on timeout."""
         if self._remembered(prompt):
@@ -339,6 +373,7 @@ def _question(prompt: str, options: list[str], timeout: float, default: str) -> 
 
 
 _SHORTCUTS = {"y": ALLOW_ONCE, "yes": ALLOW_ONCE, "a": ALLOW_ALWAYS, "n": DENY, "no": DENY}
+_SHORTCUTS.update(d=DEFER, later=DEFER)
 
 
 def _choice(line: str, options: list[str]) -> str:
@@ -378,7 +413,7 @@ class CallbackApprovalSystem(_Remembering):
         prompt: str,
         options: list[str],
         timeout: float,
-        default: Literal["allow", "deny"],
+        default: Default,
     ) -> str:
         """Ask the callback; its answer as an option string."""
         await anyio.lowlevel.checkpoint()
@@ -413,8 +448,8 @@ def _is_coroutine_function(fn: Any) -> bool:
 async def mount(coordinator: ModuleCoordinator, config: dict[str, Any] | None = None) -> Any:
     """Mount hooks-approval on ``tool:pre``; returns its unregister function."""
     await anyio.lowlevel.checkpoint()
-    hook = ApprovalHook(ApprovalConfig.from_dict(config))
-    if coordinator.approval_system is None:
+    hook = ApprovalHook(ApprovalConfig.from_dict(config), coordinator)
+    if coordinator.approval_system is None and hook.request_default() == "deny":
         logger.warning(
             "hooks-approval: the session has no approval system; calls that need approval "
             "are denied"

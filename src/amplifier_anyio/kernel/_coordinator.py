@@ -101,6 +101,9 @@ class ModuleCoordinator:
         self.tool_specs: dict[str, Any] = {}
         """Tool name → the plan entry ([`ModuleSpec`][amplifier_anyio.ModuleSpec]) that mounted
         it."""
+        self.provider_specs: dict[str, Any] = {}
+        """Provider name → the plan entry that mounted it (its ``pricing`` prices the budget's
+        dollars, §14)."""
         self.session_state: dict[str, Any] = {}
         """Free-form state modules share for the session's lifetime (amplifier-core's
         ``coordinator.session_state``; upstream orchestrators read ``goal`` from it)."""
@@ -452,10 +455,15 @@ class ModuleCoordinator:
 
         An allow returns ``continue`` carrying the result's data (a hook may have
         modified it before another asked); a timeout takes ``approval_default``; no
-        system, an exception, ``None`` or any other answer denies.
+        system, an exception, ``None`` or any other answer denies — except that a
+        ``defer`` answer, or a ``defer`` default with no system or no answer in time,
+        holds a ``tool:pre`` call (`ApprovalDeferred`).
         """
         prompt = result.approval_prompt or "Allow this operation?"
+        deferring = result.approval_default == "defer" and event == TOOL_PRE
         if self.approval_system is None:
+            if deferring:  # nobody to ask now: held for a decision from outside
+                raise ApprovalDeferred(prompt)
             return HookResult(action="deny", reason="No approval system available")
         decision: object = None
         timed_out = False
@@ -475,6 +483,8 @@ class ModuleCoordinator:
         if timed_out or bound.cancelled_caught:
             if result.approval_default == "allow":
                 return HookResult(action="continue", data=result.data)
+            if deferring:
+                raise ApprovalDeferred(prompt)
             return HookResult(
                 action="deny", reason=f"Approval timeout - denied by default: {prompt}"
             )

@@ -6,6 +6,9 @@ here by their shape — duck typing, ``model_dump`` where there is one — never
 importing amplifier_core, and converted at the edge where they enter: the hook registry
 (verdicts), the tool batch (tool results), the turn engine (provider responses and tool
 calls) and the contexts and the request builder (messages holding pydantic blocks).
+The other direction enters at our providers: an upstream orchestrator's pydantic
+``ChatRequest`` is converted by `chat_request_of`, and `watch_provider_calls` lets the
+session see a provider failure that such an orchestrator swallowed.
 
 A value that cannot be converted is a
 [`ForeignModuleError`][amplifier_anyio.errors.ForeignModuleError] naming where it came from; the
@@ -26,22 +29,29 @@ from typing import Any
 import attrs
 
 from ..errors import ForeignModuleError, ValidationError
-from ..models import ChatResponse, HookResult, ToolCall, ToolResult, structure
+from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, ToolResult, structure
 
 __all__ = (
     "hook_result_of",
     "tool_result_of",
     "chat_response_of",
+    "chat_request_of",
     "tool_calls_of",
     "plain_message",
     "plain_value",
     "module_scope",
     "current_module",
+    "ProviderCalls",
+    "watch_provider_calls",
+    "provider_call_ended",
 )
 
 _HOOK_FIELDS = frozenset(f.name for f in attrs.fields(HookResult))
 _CURRENT_MODULE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "amplifier_anyio_current_module", default=None
+)
+_PROVIDER_CALLS: contextvars.ContextVar[ProviderCalls | None] = contextvars.ContextVar(
+    "amplifier_anyio_provider_calls", default=None
 )
 
 
@@ -282,3 +292,80 @@ def _call_fields(call: Any, origin: str) -> dict[str, Any]:
         msg = f"{origin} gave {_describe(call)}, which is not a tool call (id and name)"
         raise ForeignModuleError(msg)
     return {"id": fields["id"], "name": name, "arguments": plain_value(arguments)}
+
+
+def chat_request_of(value: Any, *, origin: str) -> ChatRequest:
+    """A request as our [`ChatRequest`][amplifier_anyio.ChatRequest]: ours is kept; an
+    amplifier-core ``ChatRequest`` (or a dict of that shape) is converted.
+
+    Upstream orchestrators build it from their context's dicts: messages whose content
+    holds pydantic blocks, assistant ``tool_calls`` written ``{id, tool, arguments}``,
+    the ``function`` role, extras such as ``thinking_block``. Those become ours (``tool``
+    becomes ``name``, ``function`` becomes ``tool``; extras are dropped). Anything that
+    does not fit raises [`ForeignModuleError`][amplifier_anyio.errors.ForeignModuleError] naming
+    ``origin`` and the field.
+    """
+    if isinstance(value, ChatRequest):
+        return value
+    if isinstance(value, Mapping):
+        data: Any = plain_value(dict(value))
+    elif _dump(value) is not None:
+        data = plain_value(value)
+    else:
+        msg = f"{origin} was given {_describe(value)}, not a chat request"
+        raise ForeignModuleError(msg)
+    if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+        msg = f"{origin} was given {_describe(value)}, not a chat request (no messages)"
+        raise ForeignModuleError(msg)
+    data["messages"] = [_message_fields(m, origin) for m in data["messages"]]
+    if data.get("stream") is None:
+        data.pop("stream", None)  # upstream's is optional, ours a bool
+    try:
+        return structure(data, ChatRequest)
+    except ValidationError as exc:
+        msg = f"{origin} was given a chat request that does not fit ours: {exc}"
+        raise ForeignModuleError(msg) from exc
+
+
+def _message_fields(message: Any, origin: str) -> Any:
+    if not isinstance(message, dict):
+        return message  # the converter names it
+    fields = dict(message)
+    if fields.get("role") == "function":  # OpenAI's old name for a tool's answer
+        fields["role"] = "tool"
+    if fields.get("content") is None:
+        fields["content"] = ""
+    if isinstance(fields.get("tool_calls"), list):
+        fields["tool_calls"] = [_call_fields(c, origin) for c in fields["tool_calls"]]
+    return fields
+
+
+@attrs.define(eq=False)
+class ProviderCalls:
+    """What `watch_provider_calls` saw: ``failure`` is the error of the last provider call
+    made for an upstream caller, None when that call succeeded (or none was made)."""
+
+    failure: Exception | None = None
+    calls: int = 0
+
+
+@contextmanager
+def watch_provider_calls() -> Iterator[ProviderCalls]:
+    """Record, for the block (and the tasks started in it), how the provider calls made
+    for upstream callers ended. The session wraps an upstream orchestrator's turn in it:
+    an orchestrator that returns while its last provider call failed (upstream
+    loop-events turns the error into its answer) has failed, whatever it returned."""
+    calls = ProviderCalls()
+    token = _PROVIDER_CALLS.set(calls)
+    try:
+        yield calls
+    finally:
+        _PROVIDER_CALLS.reset(token)
+
+
+def provider_call_ended(failure: Exception | None) -> None:
+    """Note how a provider call made for an upstream caller ended (a provider calls this)."""
+    calls = _PROVIDER_CALLS.get()
+    if calls is not None:
+        calls.calls += 1
+        calls.failure = failure

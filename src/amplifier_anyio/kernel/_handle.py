@@ -16,6 +16,10 @@ current handle's token, for upstream modules.
 
 A handle only moves forward: ACCEPTED → RUNNING → DONE. A cancel of a DONE handle does
 nothing and says so (returns False).
+
+While the engine runs a turn, its handle is the *current turn* of the task
+([`current_turn`][amplifier_anyio.current_turn], a context variable, so every task spawned
+inside the turn sees it): a sub-agent spawned by one of the turn's tools runs under it.
 """
 
 from __future__ import annotations
@@ -24,18 +28,20 @@ import enum
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
 
 from ..events import CANCEL_REQUESTED
+from ._budget import BudgetMeter
 from ._cancellation import CancellationToken
 
 if TYPE_CHECKING:
     from ._hooks import HookRegistry
 
-__all__ = ("TurnHandle", "TurnPhase", "TurnHandleStatistics")
+__all__ = ("TurnHandle", "TurnPhase", "TurnHandleStatistics", "current_turn", "turn_scope")
 
 
 class TurnPhase(enum.Enum):
@@ -79,6 +85,9 @@ class TurnHandle:
     problems: list[str] = attrs.field(factory=list)
     """What went wrong around the turn before its engine ran (a bound that expired); the
     engine adds them to `TurnResult.problems`."""
+    budget: BudgetMeter = attrs.field(factory=BudgetMeter)
+    """What the turn (and every sub-agent below it) spent, against its limits (§14): a
+    limit reached cancels this turn at once (`_budget`)."""
     _phase: TurnPhase = attrs.field(default=TurnPhase.ACCEPTED, init=False)
     _pending: dict[str, Any] | None = attrs.field(default=None, init=False)
 
@@ -87,6 +96,8 @@ class TurnHandle:
             # A child sees every cancel of its parent, at once (the token propagates).
             self.parent.token.register_child(self.token)
             self.deadline = min(self.deadline, self.parent.deadline)
+            self.budget.parent = self.parent.budget  # spending is charged up the tree
+        self.budget.on_exhausted = self.token.request_immediate
 
     @property
     def phase(self) -> TurnPhase:
@@ -185,3 +196,21 @@ class TurnHandle:
             announced=self.announced,
             deadline=self.deadline,
         )
+
+
+_current: ContextVar[TurnHandle | None] = ContextVar("amplifier_turn", default=None)
+
+
+def current_turn() -> TurnHandle | None:
+    """The handle of the turn this task runs in (the innermost one), or None outside one."""
+    return _current.get()
+
+
+@contextmanager
+def turn_scope(handle: TurnHandle) -> Iterator[TurnHandle]:
+    """Make ``handle`` the current turn for the duration of the block (the engine does)."""
+    token = _current.set(handle)
+    try:
+        yield handle
+    finally:
+        _current.reset(token)

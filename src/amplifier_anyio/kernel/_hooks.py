@@ -220,6 +220,39 @@ class HookRegistry:
             return answer
         return reducer.result()
 
+    async def announce(self, event: str, data: dict[str, Any], *, timeout: float = 1.0) -> None:
+        """Deliver an observe-only announcement (``session:start``) to *every* handler.
+
+        A cancel interrupts the handler that is running, as for ``emit``; the handlers
+        after it are still called (shielded, all of them within ``timeout`` seconds), so
+        no observer misses a start whose end it will see; the cancellation is then
+        re-raised. Answers are not reduced (an announcement decides nothing).
+        """
+        entries = self._handlers.get(event, ())
+        if not entries:
+            await anyio.lowlevel.checkpoint()
+            return
+        self._emits += 1
+        current = {**self._defaults, **data, "timestamp": utc_timestamp()}
+        if (trace_id := _trace_id.get()) is not None and "trace_id" not in current:
+            current["trace_id"] = trace_id
+        cancelled: BaseException | None = None
+        rest = iter(entries)
+        for entry in rest:
+            try:
+                await _call(entry, event, current)
+            except anyio.get_cancelled_exc_class() as exc:
+                cancelled = exc
+                break
+        if cancelled is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout) as bound:
+            for entry in rest:
+                await _call(entry, event, current)
+        if bound.cancelled_caught:
+            logger.error("%s: its handlers did not all finish within %s s", event, timeout)
+        raise cancelled
+
     @overload
     async def emit_and_collect(
         self,
@@ -352,8 +385,12 @@ def _failed(
 ) -> HookResult:
     """A handler that raised: a deny naming it on a gate event, else skipped (logged)."""
     if event in GATE_EVENTS and not collecting:
-        logger.error("%s failed on %s; denied (fail closed)", entry.label, event, exc_info=exc)
-        reason = f"{entry.label} failed on {event}: {type(exc).__name__}: {exc}"
+        if isinstance(exc, ForeignModuleError):  # an answer that is no verdict: it says so
+            logger.error("%s; denied (fail closed)", exc)
+            reason = str(exc)
+        else:
+            logger.error("%s failed on %s; denied (fail closed)", entry.label, event, exc_info=exc)
+            reason = f"{entry.label} failed on {event}: {type(exc).__name__}: {exc}"
         return HookResult(action="deny", reason=f"{reason} (denied: fail closed)")
     logger.error("%s failed on %s; skipped", entry.label, event, exc_info=exc)
     return _FAILED

@@ -179,6 +179,13 @@ class ModuleLoader:
         self._found(module_id, source_hint, entry.origin, list(entry.notes))
         return mount
 
+    def share_found(self, other: ModuleLoader) -> None:
+        """Start from what ``other`` has found (a sub-agent's loader, from its parent's:
+        the same ids find the same code, with no second search or import)."""
+        self._cache.update(other._cache)
+        self._origins.update(other._origins)
+        self._warnings.update(other._warnings)
+
     def cleanup(self) -> None:
         """Remove the ``sys.path`` entries this loader added."""
         while self._added_paths:

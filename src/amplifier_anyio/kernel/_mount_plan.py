@@ -7,24 +7,29 @@ session:
   orchestrator: loop-basic            # or {module, source, config}
   context: {module: context-simple, config: {max_tokens: 100000}}
   executor: {module: process, config: {}}   # where tool calls run (default: local)
+  cassette: {path: run.jsonl, mode: auto, tools: false}   # record / replay (testing)
+  providers_policy: {fallback: [backup], on: [429, 5xx, timeout], hedge_after: 2.0}
 orchestrator: {config: {max_iterations: 10}}   # config for the string form
 providers: [{module: provider-openai, config: {model: gpt-4o}}]
 tools: [{module: tool-filesystem}]      # or {module, config, executor: local}
 hooks: [{module: hooks-logging}]
 agents: {...}                          # passed through untouched (also `all`, a list)
+instruction: You are terse.            # the system instruction (optional)
 ```
 
-``${VAR}`` and ``${VAR:default}`` in any string value (``agents`` aside) are replaced
-from the environment when the plan is parsed; an unset variable without a default is an
-error naming the field. ``includes:`` (bundle composition) is not supported: it is kept
-in [`MountPlan.includes`][amplifier_anyio.MountPlan.includes] and reported (a warning, an error in
-strict validation), never dropped silently.
+``${VAR}`` and ``${VAR:default}`` in any string value (``agents`` and ``instruction``
+aside) are replaced from the environment when the plan is parsed; an unset variable
+without a default is an error naming the field. ``instruction:`` is the session's system
+instruction. Upstream bundles and profiles (``includes:``, ``agents: {include: …}``,
+``profile: {extends: …}``, ``.md`` files) are resolved into this shape by
+``kernel/_bundles.py`` before they are parsed here.
 
 Every error is one line naming the field: ``providers[0].module: required``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -34,9 +39,25 @@ from typing import Any, NoReturn
 
 import attrs
 
-from ..errors import ConfigError
+from ..errors import (
+    ConfigError,
+    LLMError,
+    LLMTimeoutError,
+    NetworkError,
+    ProviderUnavailableError,
+    StreamError,
+)
 
-__all__ = ("ModuleSpec", "MountPlan", "expand_variables")
+__all__ = (
+    "ModuleSpec",
+    "MountPlan",
+    "CassetteSpec",
+    "CASSETTE_MODES",
+    "ProvidersPolicy",
+    "FAILOVER_CONDITIONS",
+    "expand_variables",
+    "parse_document",
+)
 
 _SECTIONS = ("providers", "tools", "hooks")
 
@@ -76,6 +97,143 @@ class ModuleSpec:
         return entry
 
 
+CASSETTE_MODES = ("record", "replay", "auto", "new_episodes")
+"""What ``session.cassette.mode`` may be (see `amplifier_anyio.testing.cassette`)."""
+
+
+@attrs.frozen(kw_only=True)
+class CassetteSpec:
+    """``session.cassette``: record the session's provider calls to ``path`` (JSON lines)
+    or answer them from it (DESIGN §16, ``docs/testing.md``).
+
+    ``mode``: ``record`` (a fresh file), ``replay`` (no provider request at all),
+    ``auto`` (replay when the file exists, else record) or ``new_episodes`` (replay what
+    was recorded, record calls past the end). ``tools``: record tool results too, and
+    replay them without running the tools. A relative ``path`` is taken from the working
+    directory.
+    """
+
+    path: str
+    mode: str = "auto"
+    tools: bool = False
+
+    @classmethod
+    def from_value(cls, value: Any, field: str = "session.cassette") -> CassetteSpec:
+        """Parse a ``{path, mode, tools}`` table (or a bare path: mode auto); a bad value
+        is a ConfigError naming the key (``session.cassette.mode: ...``)."""
+        if isinstance(value, str | os.PathLike):
+            value = {"path": os.fspath(value)}
+        if not isinstance(value, Mapping):
+            _fail(field, f"expected a {{path, mode, tools}} table, got {_kind(value)}")
+        unknown = sorted(str(k) for k in value if k not in ("path", "mode", "tools"))
+        if unknown:
+            _fail(f"{field}.{unknown[0]}", "unknown key (expected path, mode, tools)")
+        path = value.get("path")
+        if path is None or path == "":
+            _fail(f"{field}.path", "required")
+        if not isinstance(path, str | os.PathLike):
+            _fail(f"{field}.path", f"expected a file path, got {_kind(path)}")
+        mode = value.get("mode", "auto")
+        if mode not in CASSETTE_MODES:
+            _fail(f"{field}.mode", f"expected one of {', '.join(CASSETTE_MODES)}, got {mode!r}")
+        tools = value.get("tools", False)
+        if not isinstance(tools, bool):
+            _fail(f"{field}.tools", f"expected true or false, got {_kind(tools)}")
+        return cls(path=os.fspath(path), mode=mode, tools=tools)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan's ``session.cassette`` table."""
+        return {"path": self.path, "mode": self.mode, "tools": self.tools}
+
+
+FAILOVER_CONDITIONS = ("5xx", "timeout", "stream_cut", "network")
+"""The named conditions of ``session.providers_policy.on``; an HTTP status (``429``,
+``404``…) may be given too."""
+_DEFAULT_ON: tuple[str | int, ...] = (429, *FAILOVER_CONDITIONS)
+
+
+@attrs.frozen(kw_only=True)
+class ProvidersPolicy:
+    """``session.providers_policy``: what a provider call does when the provider fails or
+    is slow (``docs/providers.md``).
+
+    ``fallback``: the providers (mount names) tried after the turn's provider, in order.
+    ``on``: the failures that move to the next one — HTTP statuses (``429``), ``5xx``,
+    ``timeout``, ``stream_cut`` (a stream that broke, before or after its first token) and
+    ``network`` (no connection); the default is all of them. ``hedge_after``: seconds
+    after which, if the provider has produced nothing yet, the next one is asked too; the
+    first to answer wins and the other is cancelled. None: no hedging.
+    """
+
+    fallback: tuple[str, ...] = ()
+    on: tuple[str | int, ...] = _DEFAULT_ON
+    hedge_after: float | None = None
+
+    @classmethod
+    def from_value(cls, value: Any, field: str = "session.providers_policy") -> ProvidersPolicy:
+        """Parse the table; a bad value is a ConfigError naming the key."""
+        if not isinstance(value, Mapping):
+            _fail(field, f"expected a {{fallback, on, hedge_after}} table, got {_kind(value)}")
+        unknown = sorted(str(k) for k in value if k not in ("fallback", "on", "hedge_after"))
+        if unknown:
+            _fail(f"{field}.{unknown[0]}", "unknown key (expected fallback, on, hedge_after)")
+        fallback = value.get("fallback", [])
+        if isinstance(fallback, str):
+            fallback = [fallback]
+        if not isinstance(fallback, list) or not all(isinstance(f, str) and f for f in fallback):
+            _fail(f"{field}.fallback", "expected a list of provider names")
+        return cls(
+            fallback=tuple(fallback),
+            on=_conditions(value.get("on", list(_DEFAULT_ON)), f"{field}.on"),
+            hedge_after=_hedge_after(value.get("hedge_after"), f"{field}.hedge_after"),
+        )
+
+    def reason(self, exc: BaseException, *, partial: bool) -> str | None:
+        """The condition of ``on`` that ``exc`` meets (``partial``: the stream had already
+        produced tokens), or None: the failure is the call's."""
+        if not isinstance(exc, LLMError):
+            return None
+        status = exc.status_code
+        candidates: list[str | int] = []
+        if partial or (isinstance(exc, StreamError) and status is None):
+            candidates.append("stream_cut")
+        if isinstance(exc, LLMTimeoutError) or status == 408:
+            candidates.append("timeout")
+        if isinstance(exc, NetworkError):
+            candidates.append("network")
+        if status is not None:
+            candidates.append(status)
+            if status >= 500:
+                candidates.append("5xx")
+        elif isinstance(exc, ProviderUnavailableError):
+            candidates.append("5xx")
+        return next((str(c) for c in candidates if c in self.on), None)
+
+
+def _conditions(value: Any, field: str) -> tuple[str | int, ...]:
+    items = value if isinstance(value, list) else [value]
+    conditions: list[str | int] = []
+    for index, item in enumerate(items):
+        condition = int(item) if isinstance(item, str) and item.isdigit() else item
+        status = isinstance(condition, int) and not isinstance(condition, bool)
+        if (status and 400 <= condition <= 599) or condition in FAILOVER_CONDITIONS:
+            conditions.append(condition)
+        else:
+            known = ", ".join(FAILOVER_CONDITIONS)
+            problem = f"expected an HTTP status 400-599 or one of {known}, got {item!r}"
+            _fail(f"{field}[{index}]", problem)
+    return tuple(conditions)
+
+
+def _hedge_after(value: Any, field: str) -> float | None:
+    if value is None:
+        return None
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        _fail(field, f"expected a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
 @attrs.frozen(kw_only=True)
 class MountPlan:
     """A parsed, validated mount plan. ``raw`` is the plan as given (a dict)."""
@@ -88,9 +246,18 @@ class MountPlan:
     agents: Any = attrs.field(factory=dict)
     """The plan's ``agents`` as written (a table, ``all``, a list): not interpreted."""
     includes: tuple[Any, ...] = ()
-    """The plan's ``includes`` entries: not supported, reported by validation."""
+    """The plan's ``includes`` entries, not resolved yet: a session or ``validate``
+    resolves them (``kernel/_bundles.py``); a plan read from a file has none left."""
+    instruction: str | None = None
+    """The system instruction (an upstream ``.md`` bundle's body, its context files
+    after it): a session starts its history with it, unless the history has a system
+    message already. Never ``${VAR}``-expanded."""
     executor: ModuleSpec | None = None
     """The session's executor (``session.executor``); None: local."""
+    cassette: CassetteSpec | None = None
+    """The session's cassette (``session.cassette``); None: providers are called."""
+    providers_policy: ProvidersPolicy | None = None
+    """Failover and hedging (``session.providers_policy``); None: one provider per call."""
     raw: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
@@ -116,11 +283,15 @@ class MountPlan:
         includes = data.get("includes")
         if includes is not None and not isinstance(includes, list):
             includes = [includes]
-        # Module entries expand one by one (an optional one may defer its problem).
-        kept = ("agents", *_SECTIONS)
+        instruction = data.get("instruction")
+        if instruction is not None and not isinstance(instruction, str):
+            _fail("instruction", f"expected a string, got {_kind(instruction)}")
+        # Module entries expand one by one (an optional one may defer its problem); the
+        # instruction is text for the model, never expanded.
+        kept = ("agents", "instruction", *_SECTIONS)
         expanded = {
             **expand_variables({k: v for k, v in data.items() if k not in kept}),
-            **{k: data[k] for k in _SECTIONS if k in data},
+            **{k: data[k] for k in (*_SECTIONS, "instruction") if k in data},
         }
         session = expanded["session"]
         return cls(
@@ -131,7 +302,10 @@ class MountPlan:
             hooks=_entries(expanded, "hooks"),
             agents={} if agents is None else agents,
             includes=tuple(includes or ()),
+            instruction=instruction or None,
             executor=_executor(session.get("executor"), "session.executor"),
+            cassette=_cassette(session.get("cassette")),
+            providers_policy=_policy(session.get("providers_policy")),
             raw=_raw(expanded, agents if "agents" in data else None),
         )
 
@@ -144,39 +318,25 @@ class MountPlan:
         that refers to itself, or a document that is not a table, each named by
         ``origin`` in one line; a table with a bad field names the field.
         """
-        kind = "TOML" if suffix == ".toml" else "YAML"
-        import yaml  # noqa: PLC0415 - PyYAML costs ~10 ms of `import amplifier_anyio`
-
-        try:
-            data: Any = tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
-        except RecursionError:
-            msg = f"{origin}: not valid {kind}: nested too deeply"
-            raise ConfigError(msg) from None  # its chain is a thousand frames long
-        except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-            msg = f"{origin}: not valid {kind}: {_one_line(exc)}"
-            raise ConfigError(msg) from exc
-        except Exception as exc:
-            # PyYAML's constructors raise ValueError, KeyError, AttributeError… for a tag
-            # that does not fit its value (``!!int abc``, ``!!timestamp x``, 2020-13-45),
-            # and both parsers refuse integers of more than 4 300 digits.
-            detail = f"a value could not be converted ({type(exc).__name__}: {_one_line(exc)})"
-            raise ConfigError(f"{origin}: not valid {kind}: {detail}") from exc
-        if not isinstance(data, Mapping):
-            shape = "empty" if data is None else f"expected a table, got {_kind(data)}"
-            raise ConfigError(f"{origin}: {shape}")
-        expansion = _expansion_problem(data)
-        if expansion is not None:
-            raise ConfigError(f"{origin}: {expansion}")
-        return cls.from_dict(data)
+        return cls.from_dict(parse_document(text, suffix=suffix, origin=origin))
 
     @classmethod
     def from_file(cls, path: str | Path) -> MountPlan:
         """Read and parse a plan file (blocking: call it from a worker thread in async code).
 
-        Every problem with the file or its content is a ConfigError naming the file.
+        Every problem with the file or its content is a ConfigError naming the file. An
+        upstream bundle or profile (a ``.md`` file, ``includes``…) needs its references
+        resolved: ``AmplifierSession(path)`` and ``validate`` do it, or
+        ``kernel._bundles.resolve_plan_file``; here its ``includes`` stay unresolved.
         """
         path = Path(path)
         suffix = path.suffix.lower()
+        if suffix == ".md":
+            msg = (
+                f"{path}: an upstream bundle or profile: open it with AmplifierSession(path) "
+                "or resolve it with kernel._bundles.resolve_plan_file"
+            )
+            raise ConfigError(msg)
         if suffix not in (".yaml", ".yml", ".toml"):
             msg = f"{path}: unknown plan format {suffix or '(none)'!r}; use .yaml, .yml or .toml"
             raise ConfigError(msg)
@@ -217,6 +377,8 @@ class MountPlan:
             plan["agents"] = self.agents
         if self.includes:
             plan["includes"] = list(self.includes)
+        if self.instruction is not None:
+            plan["instruction"] = self.instruction
         return plan
 
     def all_modules(self) -> list[tuple[str, ModuleSpec]]:
@@ -228,6 +390,39 @@ class MountPlan:
 
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
+
+
+def parse_document(text: str, *, suffix: str = ".yaml", origin: str = "<plan>") -> dict[str, Any]:
+    """YAML (``.yaml``, ``.yml``) or TOML (``.toml``) text as a table.
+
+    Whatever the text holds, a problem is a ConfigError naming ``origin`` in one line:
+    text the parser refuses, nesting too deep to parse, aliases that expand without
+    bound, a value that refers to itself, a document that is not a table.
+    """
+    kind = "TOML" if suffix == ".toml" else "YAML"
+    import yaml  # noqa: PLC0415 - PyYAML costs ~10 ms of `import amplifier_anyio`
+
+    try:
+        data: Any = tomllib.loads(text) if suffix == ".toml" else yaml.safe_load(text)
+    except RecursionError:
+        msg = f"{origin}: not valid {kind}: nested too deeply"
+        raise ConfigError(msg) from None  # its chain is a thousand frames long
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        msg = f"{origin}: not valid {kind}: {_one_line(exc)}"
+        raise ConfigError(msg) from exc
+    except Exception as exc:
+        # PyYAML's constructors raise ValueError, KeyError, AttributeError… for a tag
+        # that does not fit its value (``!!int abc``, ``!!timestamp x``, 2020-13-45),
+        # and both parsers refuse integers of more than 4 300 digits.
+        detail = f"a value could not be converted ({type(exc).__name__}: {_one_line(exc)})"
+        raise ConfigError(f"{origin}: not valid {kind}: {detail}") from exc
+    if not isinstance(data, Mapping):
+        shape = "empty" if data is None else f"expected a table, got {_kind(data)}"
+        raise ConfigError(f"{origin}: {shape}")
+    expansion = _expansion_problem(data)
+    if expansion is not None:
+        raise ConfigError(f"{origin}: {expansion}")
+    return dict(data)
 
 
 def expand_variables(value: Any, field: str = "") -> Any:
@@ -361,6 +556,14 @@ def _executor(value: Any, field: str) -> ModuleSpec | None:
     if value is None:
         return None
     return _spec(value, field)
+
+
+def _cassette(value: Any) -> CassetteSpec | None:
+    return None if value is None else CassetteSpec.from_value(value)
+
+
+def _policy(value: Any) -> ProvidersPolicy | None:
+    return None if value is None else ProvidersPolicy.from_value(value)
 
 
 def _raw(expanded: dict[str, Any], agents: Any) -> dict[str, Any]:

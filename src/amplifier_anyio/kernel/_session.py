@@ -40,6 +40,7 @@ import logging
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from decimal import Decimal
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -66,9 +67,11 @@ from ..events import (
     SESSION_START,
 )
 from ..interfaces import ApprovalSystem, DisplaySystem
+from ._agents import ROOT_LANE, ChildSetup, Delegation, SessionLimits, agents_of
+from ._bundles import plan_of, resolve_plan
 from ._coordinator import ModuleCoordinator
 from ._event_stream import TurnEventStream
-from ._foreign import module_scope
+from ._foreign import module_scope, watch_provider_calls
 from ._handle import TurnHandle
 from ._loader import ModuleLoader
 from ._mount_plan import ModuleSpec, MountPlan
@@ -121,6 +124,8 @@ class SessionStatus:
     turns: int = 0
     total_input_tokens: int = 0
     total_output_tokens: int = 0
+    cost_usd: Decimal | None = None
+    """What the turns cost, where the providers had prices (``pricing``); None: unknown."""
     last_error: dict[str, Any] | None = None
 
 
@@ -154,6 +159,11 @@ class AmplifierSession:
             raise ConfigError(msg)
         self.session_id = session_id or str(uuid.uuid4())
         self.parent_id = parent_id
+        self.lane = ROOT_LANE
+        """Where this session's calls go in a cassette (``docs/testing.md``): ``root`` for a
+        top-level session; a sub-agent's session is given its agent path (``root/<agent>``,
+        ``root/<agent>@<call id>`` when one batch starts that agent twice) by the spawner
+        (kernel/_agents), before it opens."""
         self.is_resumed = is_resumed
         self.coordinator = ModuleCoordinator(self, approval_system, display_system)
         self.coordinator.hooks.set_default_fields(session_id=self.session_id, parent_id=parent_id)
@@ -169,6 +179,17 @@ class AmplifierSession:
         self._task_group: TaskGroup | None = None
         self._services: ServiceGroup | None = None
         self._ready_hooks: list[tuple[str, Any]] = []
+        # -- sub-agents (§14, kernel/_agents.py) --
+        self.depth = 0
+        """How many delegations below the root session this one is."""
+        self.agent_name: str | None = None
+        """The agent this session runs (None for a root session)."""
+        self.child_setup: list[ChildSetup] = []
+        """Called with each child session (and theirs) once it is opened, before its
+        turn: a host mounts in-process modules or registers hooks there."""
+        self.limits = SessionLimits()
+        """The plan's ``session.budget`` and ``session.max_agent_depth``."""
+        self._parent_turn: TurnHandle | None = None  # a child's: the turn it runs under
 
     @property
     def state(self) -> SessionState:
@@ -247,11 +268,19 @@ class AmplifierSession:
 
     async def _initialize(self) -> None:
         plan = self.plan
-        if plan is None:
-            assert self._plan_path is not None
-            plan = await anyio.to_thread.run_sync(MountPlan.from_file, self._plan_path)
-            self.plan = plan
+        source = plan if plan is not None else self._plan_path
+        assert source is not None
+        # A file, or upstream's includes / agents / profile features (kernel/_bundles).
+        resolved = await resolve_plan(source, strict=self.strict)
+        if resolved is not None:
+            for warning in resolved.warnings:
+                logger.warning("%s", warning)
+            plan = self.plan = plan_of(resolved)
+        assert plan is not None
         await self._check_schemas(plan)
+        self.limits = SessionLimits.from_settings(plan.session_settings)
+        if agents_of(plan.raw):
+            Delegation(self).register()  # before the mounts: a module may look for them
         try:
             await self._mount_required("orchestrator", plan.orchestrator)
             await self._mount_required("context", plan.context)
@@ -263,7 +292,15 @@ class AmplifierSession:
                 for spec in specs:
                     await self._mount_entry(kind, spec)
             await self._mount_executors(plan)
+            if plan.providers_policy is not None:  # failover and hedging (runtime/_race)
+                self.coordinator.register_capability("providers_policy", plan.providers_policy)
+            if plan.cassette is not None:  # record / replay (DESIGN §16): wraps what is mounted
+                from ..testing.cassette import install_cassette  # noqa: PLC0415 - tests only
+
+                await install_cassette(self.coordinator, plan.cassette)
             await self._session_ready()
+            if plan.instruction:
+                await self._add_instruction(plan.instruction)
         except BaseException:
             await self._undo_mounts()
             raise
@@ -273,10 +310,25 @@ class AmplifierSession:
                 SESSION_FORK, {"parent": self.parent_id, "session_id": self.session_id}
             )
 
+    async def _add_instruction(self, text: str) -> None:
+        """The plan's instruction first in the history, as a system message, unless the
+        history (a resumed one) has a system message already."""
+        context = self.coordinator.get("context")
+        messages = await context.get_messages()
+        if any(message.get("role") == "system" for message in messages):
+            return
+        if messages:
+            await context.set_messages([{"role": "system", "content": text}, *messages])
+        else:
+            await context.add_message({"role": "system", "content": text})
+
     async def _check_schemas(self, plan: MountPlan) -> None:
         """Every schema problem of the plan before any module is mounted: unknown keys
         are warnings (errors when strict); errors come as one ConfigError listing all."""
-        report = await schema_problems(plan, self.loader, strict=self.strict)
+        # a sub-agent's agents were checked when its root session started
+        report = await schema_problems(
+            plan, self.loader, strict=self.strict, agents=self.depth == 0
+        )
         for warning in report.warnings:
             logger.warning("%s", warning)
         if report.errors:
@@ -308,8 +360,10 @@ class AmplifierSession:
                 cleanup = await mount(self.coordinator)
         except SessionError:
             raise  # the session used the wrong way (a service without `async with`): the host's
-        except ConfigError:
-            raise  # a bad value in the plan: it names the module and the key already
+        except ConfigError as exc:
+            # A bad value in the plan stays a ConfigError (whichever module or key), and
+            # still says which plan entry it is.
+            raise ConfigError(f"{kind} {spec.module!r}: {exc}") from exc
         except Exception as exc:
             # Whatever the module raised, the caller learns which plan entry failed.
             raise ModuleLoadError(spec.module, describe(exc), kind=kind) from exc
@@ -326,11 +380,13 @@ class AmplifierSession:
                 self._ready_hooks.append((spec.module, method))
         if kind == "provider" and spec.instance_id:
             self._rename_provider(before, spec)
-        if kind == "tool":
-            tools = self.coordinator.get("tools")
-            for name, tool in tools.items():
-                if before.get(name) is not tool:
-                    self.coordinator.tool_specs[name] = spec
+        if kind in _MULTI_OF:  # which plan entry mounted each tool / provider
+            specs = (
+                self.coordinator.tool_specs if kind == "tool" else self.coordinator.provider_specs
+            )
+            for name, mounted in self.coordinator.get(_MULTI_OF[kind]).items():
+                if before.get(name) is not mounted:
+                    specs[name] = spec
 
     async def _mount_executors(self, plan: MountPlan) -> None:
         """Choose each tool's executor: its entry's ``executor``, else the session's.
@@ -354,6 +410,8 @@ class AmplifierSession:
                 await self.coordinator.start_service(
                     partial(_serve_executor, executor), name=f"executor:{spec.module}"
                 )
+            elif executor is not None:  # a built-in's workers end with the session
+                self.coordinator.register_cleanup(executor.stop)
             built[id(spec)] = executor
             return executor
 
@@ -495,7 +553,7 @@ class AmplifierSession:
         if self._turn is not None:
             msg = "a turn is already running in this session"
             raise SessionError(msg)
-        self._turn = self.coordinator.accept_turn()
+        self._turn = self.coordinator.accept_turn(parent=self._parent_turn)
         return self._turn
 
     async def _run_accepted(
@@ -504,6 +562,7 @@ class AmplifierSession:
         try:
             if self._state is not SessionState.OPENED:  # mounted already: no lock to take
                 await self.initialize()
+            handle.budget.limits = self.limits.budget
             if not self._started:
                 await self._announce(handle)
             if approvals is None:
@@ -564,9 +623,10 @@ class AmplifierSession:
     async def _announce(self, handle: TurnHandle) -> None:
         """Deliver ``session:start`` (``session:resume``) to every handler, once.
 
-        Shielded and bounded: a cancel of the first turn, of either kind, must not leave
-        handlers that never saw the start but will see ``session:end``. The turn itself
-        then ends cancelled at its first checkpoint.
+        The hooks belong to the turn they announce: its immediate cancel (or the host's)
+        interrupts the handler that is running, and the handlers after it still get the
+        event (``HookRegistry.announce``), so no observer sees ``session:end`` without a
+        start. The turn itself then ends cancelled.
         """
         if self._started:
             return
@@ -576,14 +636,9 @@ class AmplifierSession:
         metadata = self.config.get("session", {}).get("metadata")
         if metadata:
             payload["metadata"] = metadata
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT) as bound:
-            await self.coordinator.hooks.emit(event, payload)
+        with anyio.CancelScope() as scope, handle.bind_scope(scope):
+            await self.coordinator.hooks.announce(event, payload)
         handle.announced = True
-        if bound.cancelled_caught:
-            problem = f"{event}: its hooks did not finish within {_END_TIMEOUT} s and were stopped"
-            logger.error("%s", problem)
-            handle.problems.append(problem)
-        await anyio.lowlevel.checkpoint_if_cancelled()
 
     async def _run_turn(self, prompt: str) -> TurnResult:
         coordinator = self.coordinator
@@ -617,6 +672,7 @@ class AmplifierSession:
             name = getattr(context, "name", type(context).__name__)
             msg = f"the context {name!r} cannot resume a turn (context-persistent can)"
             raise SessionError(msg)
+        _check_held_tools(context, coordinator.get("tools"), approvals)  # before any decision
         if approvals:
             decide = getattr(context, "journal_decide", None)
             if decide is None:
@@ -650,11 +706,19 @@ class AmplifierSession:
         handle = self.coordinator.claim_turn()
         token = handle.token
         text, status, error = "", TurnStatus.SUCCESS, None
-        with anyio.CancelScope() as scope, handle.bind_scope(scope):
+        with (
+            anyio.CancelScope() as scope,
+            handle.bind_scope(scope),
+            watch_provider_calls() as calls,
+        ):
             try:
                 text = await orchestrator.execute(*args, coordinator=self.coordinator)
             except Exception as exc:  # noqa: BLE001 - reported in the TurnResult
                 status, error = TurnStatus.ERROR, exc
+        if error is None and calls.failure is not None:
+            # Its last provider call failed and it answered anyway (upstream loop-events
+            # answers "Error getting response: …"): a failed turn, not a success.
+            status, error = TurnStatus.ERROR, calls.failure
         if scope.cancelled_caught or (token.is_cancelled and status is TurnStatus.SUCCESS):
             status = TurnStatus.CANCELLED
             with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT):
@@ -669,6 +733,8 @@ class AmplifierSession:
         status.turns += 1
         status.total_input_tokens += result.usage.input_tokens
         status.total_output_tokens += result.usage.output_tokens
+        if result.usage.cost_usd is not None:
+            status.cost_usd = (status.cost_usd or Decimal(0)) + result.usage.cost_usd
         if result.error is not None:
             status.status = "failed"
             status.last_error = {"type": type(result.error).__name__, "message": str(result.error)}
@@ -714,6 +780,7 @@ def _mounted_objects(coordinator: ModuleCoordinator) -> dict[int, Any]:
 def _original(exc: BaseException) -> BaseException:
     """What a module's ``mount`` raised, when the session wrapped it to name the module."""
     wrapped = isinstance(exc, ModuleLoadError) and exc.kind != "module"
+    wrapped = wrapped or (isinstance(exc, ConfigError) and isinstance(exc.__cause__, ConfigError))
     return exc.__cause__ if wrapped and exc.__cause__ is not None else exc
 
 
@@ -725,3 +792,19 @@ def _reason_code(exc: BaseException) -> str:
     if isinstance(exc, ConfigError):
         return "config_error"
     return "mount_error"
+
+
+def _check_held_tools(context: Any, tools: Any, approvals: Mapping[str, str]) -> None:
+    """Refuse a resume under a plan without the tool of a held call (it would be answered
+    "not found" and its approval used up), before any decision is recorded."""
+    held_calls = getattr(context, "held_calls", None)
+    if held_calls is None:
+        return
+    mounted = tools or {}
+    for call_id, tool in held_calls():
+        if tool not in mounted and approvals.get(call_id) != "deny":
+            msg = (
+                f"cannot resume: the held call {call_id} needs the tool {tool!r}, which this "
+                "session does not mount (resume it under the plan it ran under)"
+            )
+            raise SessionError(msg)

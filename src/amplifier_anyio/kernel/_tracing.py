@@ -7,7 +7,7 @@ variables, every task spawned inside the turn sees them, and tasks of another tu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -46,6 +46,9 @@ class ToolCallContext:
     outside world can recognise a repeat."""
     approved: bool = False
     """The call runs because someone allowed it after it was deferred."""
+    batch: Sequence[Any] = attrs.field(default=(), eq=False, repr=False)
+    """Every call of the call's batch (``ToolCall`` values, in order): a sub-agent spawned
+    by this call is told apart from its siblings' (its cassette lane) by them."""
 
 
 def current_trace_id() -> str | None:

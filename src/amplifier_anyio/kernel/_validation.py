@@ -19,6 +19,8 @@ import attrs
 
 from ..config_schema import schema_of
 from ..errors import ConfigError, describe
+from ._agents import SessionLimits, agent_problems, agents_of, merge_overlay
+from ._bundles import resolve_plan
 from ._coordinator import ModuleCoordinator
 from ._foreign import module_scope
 from ._loader import ModuleLoader
@@ -40,6 +42,12 @@ class PlanReport:
     modules: tuple[str, ...] = ()
     """One line per plan entry found: what will actually be mounted and where it came
     from (``tool 'tool-x': entry point 'tool-x' = pkg:mount (dist 1.0)``)."""
+    resolved: tuple[str, ...] = ()
+    """What an upstream bundle or profile resolved to: one line per include, parent
+    profile, agent file and context file (``bundle.md: includes: ./x.yaml -> /…/x.yaml``)."""
+    plan: dict[str, Any] | None = None
+    """The plan that was checked, resolved (``MountPlan.to_dict()``); None when it could
+    not be parsed."""
 
     @property
     def ok(self) -> bool:
@@ -52,9 +60,17 @@ class _Findings:
     errors: list[str] = attrs.Factory(list)
     warnings: list[str] = attrs.Factory(list)
     modules: list[str] = attrs.Factory(list)
+    resolved: list[str] = attrs.Factory(list)
+    plan: dict[str, Any] | None = None
 
     def report(self) -> PlanReport:
-        return PlanReport(tuple(self.errors), tuple(self.warnings), tuple(self.modules))
+        return PlanReport(
+            tuple(self.errors),
+            tuple(self.warnings),
+            tuple(self.modules),
+            tuple(self.resolved),
+            self.plan,
+        )
 
 
 @attrs.frozen
@@ -77,16 +93,19 @@ async def validate_plan(
 
     Unknown config keys are errors when ``strict``, warnings otherwise; a module that
     declares no schema is a warning in strict mode (its keys cannot be checked). A plan
-    that cannot be parsed is one error.
+    that cannot be parsed is one error. An upstream bundle or profile is resolved first
+    (``kernel/_bundles.py``): what it resolved to is in ``resolved``, a reference that
+    cannot be resolved is a warning (an error when ``strict``).
     """
+    findings = _Findings()
     try:
-        parsed = await _parse(plan)
+        parsed = await _parse(plan, strict, findings)
     except ConfigError as exc:
-        return PlanReport(errors=(str(exc),))
+        return PlanReport(errors=(*findings.errors, str(exc)), resolved=tuple(findings.resolved))
+    findings.plan = parsed.to_dict()
     coordinator = ModuleCoordinator(_Identity(f"validate-{uuid.uuid4()}"))
     coordinator.validating = True
     loader = loader or ModuleLoader(coordinator)
-    findings = _Findings()
     _check_plan(parsed, strict, findings)
     try:
         for kind, spec in parsed.all_modules():
@@ -95,6 +114,9 @@ async def validate_plan(
             )
         for field, spec in _executor_specs(parsed):
             await _check_executor(field, spec, loader, coordinator, findings)
+        await _check_agents(
+            parsed, loader=loader, coordinator=coordinator, strict=strict, findings=findings
+        )
     finally:
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + _CLEANUP_SECONDS
@@ -107,12 +129,15 @@ async def validate_plan(
     return findings.report()
 
 
-async def schema_problems(plan: MountPlan, loader: ModuleLoader, *, strict: bool) -> PlanReport:
+async def schema_problems(
+    plan: MountPlan, loader: ModuleLoader, *, strict: bool, agents: bool = True
+) -> PlanReport:
     """The schema check alone, no mount: what a session runs before it mounts. A module
     that cannot be found is left to the mount (which honours ``optional``); an optional
-    module's problems are warnings."""
+    module's problems are warnings. ``agents=False`` skips the agents section (a
+    sub-agent's: its root session checked them when it started)."""
     findings = _Findings()
-    _check_plan(plan, strict, findings)
+    _check_plan(plan, strict, findings, agents=agents)
     for kind, spec in plan.all_modules():
         if spec.problem is not None:
             continue  # the mount reports it, honouring optional
@@ -130,7 +155,17 @@ async def schema_problems(plan: MountPlan, loader: ModuleLoader, *, strict: bool
 # The plan's own keys (amplifier-core's mount plan, plus ours): anything else is a typo or
 # something this runtime does not read, which a user should hear about.
 _PLAN_KEYS = frozenset(
-    {"session", "orchestrator", "context", "providers", "tools", "hooks", "agents", "includes"}
+    {
+        "session",
+        "orchestrator",
+        "context",
+        "providers",
+        "tools",
+        "hooks",
+        "agents",
+        "includes",
+        "instruction",
+    }
 )
 _SESSION_KEYS = frozenset(
     {
@@ -139,6 +174,10 @@ _SESSION_KEYS = frozenset(
         "context",
         "context_source",
         "executor",
+        "budget",
+        "max_agent_depth",
+        "cassette",
+        "providers_policy",
         "injection_budget_per_turn",
         "injection_size_limit",
         "metadata",
@@ -176,17 +215,23 @@ def _unknown_keys(plan: MountPlan) -> list[str]:
     return found
 
 
-def _check_plan(plan: MountPlan, strict: bool, findings: _Findings) -> None:
+def _check_plan(plan: MountPlan, strict: bool, findings: _Findings, *, agents: bool = True) -> None:
     """Keys the plan's structure does not define (a typo such as ``confg:`` would silently
-    drop a module's config), and what the plan asks for that is not supported:
-    ``includes`` (bundles). Errors when ``strict``, warnings otherwise."""
+    drop a module's config), and ``includes`` left unresolved (a MountPlan built by hand
+    and checked with `schema_problems`: sessions and ``validate_plan`` resolve them).
+    Errors when ``strict``, warnings otherwise."""
     (findings.errors if strict else findings.warnings).extend(_unknown_keys(plan))
+    try:
+        SessionLimits.from_settings(plan.session_settings)
+    except ConfigError as exc:
+        findings.errors.append(str(exc))
+    if agents:
+        errors, warnings = agent_problems(plan, strict=strict)
+        findings.errors.extend(errors)
+        findings.warnings.extend(warnings)
     if plan.includes:
         listed = ", ".join(repr(i) for i in plan.includes)
-        line = (
-            f"includes: not supported (bundle composition is not implemented); "
-            f"ignored: {listed} — list the modules in the plan itself"
-        )
+        line = f"includes: not resolved: {listed}"
         (findings.errors if strict else findings.warnings).append(line)
 
 
@@ -196,14 +241,25 @@ def module_line(kind: str, spec: ModuleSpec, loader: ModuleLoader) -> str:
     return f"{kind} {spec.module!r}: {origin}"
 
 
-async def _parse(plan: MountPlan | Mapping[str, Any] | str | os.PathLike[str]) -> MountPlan:
+async def _parse(
+    plan: MountPlan | Mapping[str, Any] | str | os.PathLike[str], strict: bool, findings: _Findings
+) -> MountPlan:
+    """The plan, upstream references resolved (their findings recorded)."""
+    source: MountPlan | Path
     if isinstance(plan, MountPlan):
-        await anyio.lowlevel.checkpoint()
-        return plan
-    if isinstance(plan, Mapping):
-        await anyio.lowlevel.checkpoint()
-        return MountPlan.from_dict(dict(plan))
-    return await anyio.to_thread.run_sync(MountPlan.from_file, Path(plan))
+        source = plan
+    elif isinstance(plan, Mapping):
+        source = MountPlan.from_dict(dict(plan))
+    else:
+        source = Path(plan)
+    resolved = await resolve_plan(source, strict=strict)
+    if resolved is None:
+        assert isinstance(source, MountPlan)
+        return source
+    findings.resolved.extend(resolved.resolved)
+    findings.warnings.extend(resolved.warnings)
+    findings.errors.extend(resolved.errors)
+    return MountPlan.from_dict(resolved.plan)
 
 
 async def _check_module(
@@ -241,6 +297,35 @@ async def _check_module(
     point = _MOUNT_POINT_OF.get(kind)
     if point is not None and coordinator.get(point) is None:
         findings.errors.append(f"{label}: mounted nothing at {point!r}")
+
+
+async def _check_agents(
+    plan: MountPlan,
+    *,
+    loader: ModuleLoader,
+    coordinator: ModuleCoordinator,
+    strict: bool,
+    findings: _Findings,
+) -> None:
+    """Each agent's own modules (those its overlay adds or changes) found, their config
+    checked and mounted offline, every line naming the agent. A child plan that does
+    not parse was reported by `_check_plan` already."""
+    parent = set(map(repr, plan.all_modules()))
+    for name, agent in agents_of(plan.raw).items():
+        try:
+            child = MountPlan.from_dict(merge_overlay(plan.raw, agent))
+        except ConfigError:
+            continue
+        found = _Findings()
+        for kind, spec in child.all_modules():
+            if repr((kind, spec)) in parent:
+                continue  # the parent's own entry, checked above
+            await _check_module(
+                kind, spec, loader=loader, coordinator=coordinator, strict=strict, findings=found
+            )
+        findings.errors.extend(f"agents.{name}: {line}" for line in found.errors)
+        findings.warnings.extend(f"agents.{name}: {line}" for line in found.warnings)
+        findings.modules.extend(f"agents.{name}: {line}" for line in found.modules)
 
 
 def _executor_specs(plan: MountPlan) -> list[tuple[str, ModuleSpec]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any, TypeVar, get_args
 
 import cattrs
@@ -107,6 +108,30 @@ def _strict(kind: type, *also: type) -> Callable[[Any, Any], Any]:
 
     return structure_exact
 
+
+def _structure_decimal(data: Any, _cls: Any) -> Decimal:
+    # Money: text or an integer, never a float (0.1 is not a price a provider quoted).
+    if isinstance(data, Decimal):
+        value = data
+    elif isinstance(data, str):
+        try:
+            value = Decimal(data)
+        except ArithmeticError as exc:
+            msg = f"expected a decimal number as text, got {data!r}"
+            raise _PayloadError(msg) from exc
+    elif isinstance(data, int) and not isinstance(data, bool):
+        value = Decimal(data)
+    else:
+        msg = f"expected a decimal number as text, got {type(data).__name__}"
+        raise _PayloadError(msg)
+    if not value.is_finite():
+        msg = f"expected a finite decimal number, got {data!r}"
+        raise _PayloadError(msg)
+    return value
+
+
+converter.register_structure_hook(Decimal, _structure_decimal)
+converter.register_unstructure_hook(Decimal, str)
 
 # cattrs would coerce (str(3) == "3"); a payload of the wrong type is a bad payload.
 converter.register_structure_hook(str, _strict(str))

@@ -7,6 +7,7 @@ converter writes it into, and reads it from, the ``type`` key.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
@@ -106,11 +107,18 @@ class ImageBlock:
 
 @attrs.frozen(kw_only=True)
 class ReasoningBlock:
-    """Reasoning items of the OpenAI Responses style: content and summary parts."""
+    """A reasoning item of the OpenAI Responses API: its content and summary parts.
+
+    ``id`` and ``encrypted_content`` are the item's own, kept so that the item can be sent
+    back unchanged in the next request (the Responses API reads reasoning across turns);
+    providers of other APIs never send the block.
+    """
 
     type: ClassVar[str] = "reasoning"
     content: list[Any] = attrs.field(factory=list)
     summary: list[Any] = attrs.field(factory=list)
+    id: str | None = None
+    encrypted_content: str | None = None
     visibility: Visibility | None = _visibility()
 
 
@@ -214,9 +222,24 @@ class ToolSpec:
     description: str | None = None
 
 
+def _cost(_instance: Any, _attribute: Any, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, Decimal) or not value.is_finite():
+        msg = f"cost_usd: expected a finite Decimal (or None), got {value!r}"
+        raise TypeError(msg)
+
+
 @attrs.frozen(kw_only=True)
 class Usage:
-    """Token counts reported by a provider for one call."""
+    """Token counts reported by a provider for one call, and what they cost.
+
+    ``input_tokens`` counts every prompt token, cached ones included (the cache split is in
+    ``cache_read_tokens`` / ``cache_write_tokens``). ``cost_usd`` is a `Decimal` (never a
+    float: sums of many small prices must not drift), set by a provider that has a price
+    for the model (its ``pricing`` config); None when nobody knows the price. It is written
+    as a string in JSON.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -224,11 +247,12 @@ class Usage:
     reasoning_tokens: int | None = None
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
+    cost_usd: Decimal | None = attrs.field(default=None, validator=_cost)
 
     def __add__(self, other: Usage) -> Usage:
         """Sum two usages; an optional count stays None only when both are None."""
 
-        def opt(a: int | None, b: int | None) -> int | None:
+        def opt(a: Any, b: Any) -> Any:
             return None if a is None and b is None else (a or 0) + (b or 0)
 
         return Usage(
@@ -238,6 +262,7 @@ class Usage:
             reasoning_tokens=opt(self.reasoning_tokens, other.reasoning_tokens),
             cache_read_tokens=opt(self.cache_read_tokens, other.cache_read_tokens),
             cache_write_tokens=opt(self.cache_write_tokens, other.cache_write_tokens),
+            cost_usd=opt(self.cost_usd, other.cost_usd),
         )
 
 

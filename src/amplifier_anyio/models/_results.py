@@ -113,9 +113,11 @@ class HookResult:
     approval_prompt: str | None = None
     approval_options: list[str] | None = None
     approval_timeout: float = 300.0
-    approval_default: Literal["allow", "deny"] = attrs.field(
-        default="deny", validator=one_of(("allow", "deny"))
+    approval_default: Literal["allow", "deny", "defer"] = attrs.field(
+        default="deny", validator=one_of(("allow", "deny", "defer"))
     )
+    """What applies when nobody answers in time (or there is nobody to ask): ``defer``
+    holds a ``tool:pre`` call for an approval that outlives the turn (a denial elsewhere)."""
     suppress_output: bool = False
     user_message: str | None = None
     user_message_level: Literal["info", "warning", "error"] = attrs.field(

@@ -1,10 +1,11 @@
 """loop-streaming: loop-basic, but the provider's reply arrives as a stream.
 
-When the selected provider has ``stream()``, each turn's provider call relays the stream
+When the selected provider has ``open_stream()`` (or a ``stream()`` of that shape, the
+contract's earlier name), each turn's provider call relays the stream
 as ``content_block:start`` / ``content_block:delta`` / ``content_block:end`` and
 ``thinking:delta`` events (payload: the provider's event fields plus ``provider``), then
-continues exactly as loop-basic with the assembled response. Providers without
-``stream()`` are called with ``complete()``. A cancel during the stream leaves the
+continues exactly as loop-basic with the assembled response. Providers that cannot stream
+are called with ``complete()``. A cancel during the stream leaves the
 provider's ``async with`` block, which closes the HTTP response.
 """
 

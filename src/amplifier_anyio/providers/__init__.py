@@ -12,6 +12,7 @@ from .._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ._http import RetryPolicy, invalid_tool_call
+    from ._upstream import UpstreamView, answers_upstream
     from .anthropic import AnthropicProvider
     from .openai import OpenAIChatProvider
     from .scripted import ScriptedProvider, ScriptExhaustedError
@@ -23,6 +24,8 @@ __all__ = (
     "AnthropicProvider",
     "RetryPolicy",
     "invalid_tool_call",
+    "answers_upstream",
+    "UpstreamView",
 )
 
 _LAZY: dict[str, str] = {
@@ -32,6 +35,8 @@ _LAZY: dict[str, str] = {
     "AnthropicProvider": "anthropic",
     "RetryPolicy": "_http",
     "invalid_tool_call": "_http",
+    "answers_upstream": "_upstream",
+    "UpstreamView": "_upstream",
 }
 
 

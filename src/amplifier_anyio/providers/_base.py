@@ -26,6 +26,7 @@ from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCal
 from ..models._validators import number
 from ._http import HookEmitter, HTTPClient, RetryPolicy, error_from_payload
 from ._sse import SSEEvent
+from .pricing import PriceTable
 
 _CLOSE_TIMEOUT = 5.0  # seconds closing the HTTP client of a failed mount may take
 DEFAULT_TIMEOUT = 600.0
@@ -194,12 +195,14 @@ class ProviderSettings:
     timeout: float = attrs.field(validator=number())
     idle_timeout: float | None = attrs.field(validator=number(optional=True))
     retry: RetryPolicy
+    pricing: PriceTable = attrs.field(factory=PriceTable)
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], spec: ProviderSpec) -> ProviderSettings:
         """Read ``name``, ``api_key``, ``base_url``, ``model``, ``priority``,
         ``context_window``, the output limit, ``timeout``, ``idle_timeout`` and the retry
-        keys; a bad number is a [`ConfigError`][amplifier_anyio.ConfigError] naming its key."""
+        keys and ``pricing``; a bad number is a [`ConfigError`][amplifier_anyio.ConfigError]
+        naming its key."""
         return cls(
             name=str(cfg.get("name") or cfg.get("instance_id") or spec.id),
             api_key=spec.api_key(cfg),
@@ -211,6 +214,7 @@ class ProviderSettings:
             timeout=cfg.get("timeout", DEFAULT_TIMEOUT),
             idle_timeout=cfg.get("idle_timeout", DEFAULT_IDLE_TIMEOUT),
             retry=_retry_policy(cfg),
+            pricing=PriceTable.from_config(cfg.get("pricing")),
         )
 
     def client(
@@ -241,11 +245,12 @@ class HTTPProvider:
     """The wire-independent half of an HTTP provider.
 
     A subclass sets ``spec`` and ``stream_path`` and supplies ``build_payload`` and
-    ``_decode_stream``; it keeps ``complete``, ``get_info`` and ``list_models``.
+    ``_decode_stream``; it keeps ``complete`` (wrapped in ``_upstream.answers_upstream``),
+    ``get_info`` and ``list_models``, and prices its responses with `priced`.
     """
 
     spec: ClassVar[ProviderSpec]
-    stream_path: ClassVar[str]
+    stream_path: str
 
     def __init__(self, settings: ProviderSettings, http: HTTPClient) -> None:
         self._name = settings.name
@@ -253,6 +258,7 @@ class HTTPProvider:
         self.base_url = settings.base_url
         self.priority = settings.priority
         self.context_window = settings.context_window
+        self.pricing = settings.pricing
         self.http = http
 
     def __repr__(self) -> str:
@@ -278,20 +284,47 @@ class HTTPProvider:
     ) -> AsyncGenerator[dict[str, Any], None]:
         raise NotImplementedError
 
+    def priced(self, response: ChatResponse, model: str) -> ChatResponse:
+        """``response`` with its usage's ``cost_usd`` from the ``pricing`` config (the
+        model asked for, then the one that answered); as is without a price."""
+        if not self.pricing or response.usage is None:
+            return response
+        answered = (response.metadata or {}).get("model")
+        usage = self.pricing.priced(response.usage, model, answered)
+        return response if usage is response.usage else attrs.evolve(response, usage=usage)
+
     @asynccontextmanager
-    async def stream(
+    async def open_stream(
         self, request: ChatRequest, **kwargs: Any
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
-        """Stream a completion: yields an iterator of events, the last one ``response``."""
+        """Stream a completion: yields an iterator of events, the last one ``response``.
+
+        Named ``open_stream``, not ``stream``: upstream loop-streaming takes a path that
+        never runs tool calls whenever a provider has a ``stream`` attribute, so ours has
+        none (``docs/upstream.md``)."""
         payload = self.build_payload(request, stream=True, **kwargs)
         async with self.http.stream_sse(
             self.stream_path, json_body=payload, model=payload["model"], timeout=request.timeout
         ) as sse:
-            events = self._decode_stream(sse, payload["model"])
+            events = self._priced_events(
+                self._decode_stream(sse, payload["model"]), payload["model"]
+            )
             try:
                 yield events
             finally:
                 await events.aclose()
+
+    async def _priced_events(
+        self, events: AsyncGenerator[dict[str, Any], None], model: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        try:
+            async for event in events:
+                if event.get("type") == "response":
+                    yield {**event, "response": self.priced(event["response"], model)}
+                else:
+                    yield event
+        finally:
+            await events.aclose()
 
 
 class _ProviderClass(Protocol):
@@ -371,6 +404,9 @@ COMMON_SETTINGS: dict[str, Setting] = {
     "retry_max_delay": Setting(_NUM, "cap on one delay"),
     "retry_max_elapsed": Setting(_NUM, "no retry ends later than this"),
     "retry_jitter": Setting(_NUM, "random factor on each delay"),
+    "pricing": Setting(
+        (dict,), "dollars per million tokens (one price, or by model); session.budget"
+    ),
 }
 """The config keys both HTTP providers accept."""
 

@@ -303,12 +303,14 @@ def error_from_payload(
     status_code: int | None = None,
     retry_after: float | None = None,
     note: str = "",
+    event: bool = False,
 ) -> LLMError:
     """Map an error body (an HTTP error response or an error event inside a stream);
-    ``note`` ends the message (where the request went, what to change)."""
+    ``note`` ends the message (where the request went, what to change). ``event``: the
+    body came in an answer, and ``status_code`` is the status its code stands for."""
     message, kind, code = _error_fields(body)
     cls, retryable = _classify(status_code, message, kind, code)
-    where = f"HTTP {status_code}" if status_code is not None else "an error event"
+    where = "an error event" if event or status_code is None else f"HTTP {status_code}"
     detail = message or kind or code or "no details"
     text = f"{provider} returned {where}: {detail[:_MAX_MESSAGE]}"
     if note:
@@ -462,6 +464,21 @@ async def _close(resource: httpx.Response | AsyncGenerator[Any, None]) -> None:
             logger.debug("closing an HTTP response failed", exc_info=True)
 
 
+async def _finish(events: AsyncGenerator[Any, None]) -> None:
+    """End a stream left before its end (a cancelled caller, a race's loser): its
+    generators, ours and httpx's, are run on under an immediate cancel, so the cancel
+    raised at the innermost read finishes each of them. Closing only the outer one would
+    leave httpx's to the garbage collector (trio reports each as a ResourceWarning)."""
+    with anyio.CancelScope(shield=True), anyio.CancelScope() as scope:
+        scope.cancel()
+        try:
+            async for _ in events:
+                pass
+        except Exception:  # a broken stream is being thrown away: its error changes nothing
+            logger.debug("a stream failed while it was being closed", exc_info=True)
+    await _close(events)  # already finished: returns at once
+
+
 async def drain(events: AsyncIterator[Any], timeout: float = _DRAIN_TIMEOUT) -> None:
     """Finish a stream after its last meaningful event, waiting at most ``timeout`` (by
     default not at all: a server may keep the connection open after ``[DONE]``).
@@ -594,7 +611,7 @@ class HTTPClient:
         try:
             yield events
         finally:
-            await _close(events)
+            await _finish(events)
             await _close(response)
 
     async def _events(

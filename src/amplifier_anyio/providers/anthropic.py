@@ -65,6 +65,7 @@ from ._http import (
     truncated_arguments,
 )
 from ._sse import SSEEvent
+from ._upstream import answers_upstream
 
 __all__ = (
     "AnthropicProvider",
@@ -236,14 +237,17 @@ class AnthropicProvider(HTTPProvider):
                 return models
             params = {"limit": 100, "after_id": page["last_id"]}
 
+    @answers_upstream
     async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
-        """One non-streaming Messages call."""
+        """One non-streaming Messages call. An upstream orchestrator's request gets
+        its answer in upstream's shape (``docs/upstream.md``)."""
         payload = self.build_payload(request, stream=False, **kwargs)
         body = await self.http.request_json(
             "POST", "messages", json_body=payload, model=payload["model"], timeout=request.timeout
         )
         with malformed_guard(self._name, payload["model"], "a message"):
-            return parse_message(body)
+            response = parse_message(body)
+        return self.priced(response, payload["model"])
 
     def _decode_stream(
         self, sse: AsyncIterator[SSEEvent], model: str
@@ -663,14 +667,15 @@ class _StreamState:
             self.json_parts.setdefault(index, []).append(part)
             if part:
                 kind = str(self.blocks[index].get("type"))
-                return [
-                    {
-                        "type": "content_block:delta",
-                        "index": index,
-                        "block_type": _KINDS.get(kind, kind),
-                        "delta": part,
-                    }
-                ]
+                event = {
+                    "type": "content_block:delta",
+                    "index": index,
+                    "block_type": _KINDS.get(kind, kind),
+                    "delta": part,
+                }
+                if kind == "tool_use":  # the call it builds, for a UI that shows it forming
+                    event["id"] = self.blocks[index].get("id", "")
+                return [event]
         return []
 
     def _part(self, index: int, field: str, text: Any) -> None:

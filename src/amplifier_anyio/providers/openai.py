@@ -1,9 +1,14 @@
-"""OpenAI Chat Completions over httpx: OpenAI itself and every compatible server.
+"""OpenAI over httpx: Chat Completions (OpenAI and every compatible server) or Responses.
 
 vLLM, Ollama, llama.cpp server, LM Studio and others speak the same ``/chat/completions``
 protocol; point ``base_url`` (version included, e.g. ``http://localhost:11434/v1``) at
 them. Tool calls go both ways, ``stream()`` decodes the SSE chunks, usage and finish
 reasons are reported as the server gives them.
+
+With ``api: responses`` the provider speaks OpenAI's Responses API (``/responses``):
+reasoning items travel back with the next request, tool calls and results are items, and
+the history stays ours (``store: false``) unless ``previous_response_id: true`` lets the
+server keep it. The wire mapping is in `amplifier_anyio.providers._responses`.
 
 ``max_output_tokens`` is sent as ``max_completion_tokens`` by default: OpenAI deprecated
 ``max_tokens`` and its reasoning models reject it. Older compatible servers that only know
@@ -16,12 +21,13 @@ import json
 import logging
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Final
 
 import httpx
 
 from ..config_schema import ConfigSchema, Setting
-from ..errors import ConfigError, LLMError, MalformedResponseError
+from ..errors import ConfigError, LLMError, MalformedResponseError, NotFoundError
 from ..models import (
     ChatRequest,
     ChatResponse,
@@ -60,7 +66,16 @@ from ._http import (
     error_from_payload,
     truncated_arguments,
 )
+from ._responses import (
+    parse_response,
+    responses_stream_events,
+    responses_text_format,
+    responses_tool,
+    responses_tool_choice,
+    to_responses_input,
+)
 from ._sse import SSEEvent
+from ._upstream import answers_upstream
 
 __all__ = (
     "OpenAIChatProvider",
@@ -71,6 +86,7 @@ __all__ = (
     "parse_usage",
     "DEFAULT_BASE_URL",
     "DEFAULT_MODEL",
+    "API_CHOICES",
     "CONFIG_SCHEMA",
 )
 
@@ -91,10 +107,15 @@ _SPEC: Final = ProviderSpec(
     model_capabilities=("tools",),
 )
 _CHOICES: Final = ("auto", "none", "required")
+API_CHOICES: Final = ("chat", "responses")
+"""The values of config ``api``: Chat Completions (default) or Responses."""
+_PATHS: Final = {"chat": "chat/completions", "responses": "responses"}
+_REASONING_MODELS: Final = ("o1", "o3", "o4", "gpt-5")
+_ENCRYPTED_REASONING: Final = "reasoning.encrypted_content"
 
 
 class OpenAIChatProvider(HTTPProvider):
-    """A provider for the Chat Completions API.
+    """A provider for the Chat Completions API, or the Responses API (``api: responses``).
 
     Arguments come from ``config`` (see ``docs/providers.md``); ``api_key`` and
     ``base_url`` fall back to ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``. A server that
@@ -103,7 +124,6 @@ class OpenAIChatProvider(HTTPProvider):
     """
 
     spec = _SPEC
-    stream_path = "chat/completions"
 
     def __init__(
         self,
@@ -122,6 +142,14 @@ class OpenAIChatProvider(HTTPProvider):
         self.reasoning_effort: str | None = cfg.get("reasoning_effort")
         self.parallel_tool_calls: bool | None = cfg.get("parallel_tool_calls")
         self.assistant_tool_content = _tool_content(cfg.get("assistant_tool_content", ""))
+        self.api = _api(cfg.get("api", "chat"))
+        self.stream_path = _PATHS[self.api]
+        self.chain = _flag(cfg, "previous_response_id", default=False)
+        self.store = _flag(cfg, "store", default=self.chain)
+        self.reasoning_summary: str | None = cfg.get("reasoning_summary", "auto")
+        self.include: list[str] | None = cfg.get("include")
+        self.prompt_cache_key: str | None = cfg.get("prompt_cache_key")
+        self.cache_diagnostics = _flag(cfg, "prompt_cache_diagnostics", default=False)
         headers = {"accept": "application/json"}
         params: dict[str, str] = {}
         if cfg.get("azure"):
@@ -159,26 +187,72 @@ class OpenAIChatProvider(HTTPProvider):
             max_output_tokens=self.max_output_tokens,
         )
 
+    @answers_upstream
     async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
-        """One non-streaming completion."""
+        """One non-streaming completion. An upstream orchestrator's request gets
+        its answer in upstream's shape (``docs/upstream.md``)."""
+        try:
+            return await self._complete(request, **kwargs)
+        except NotFoundError:
+            if not self._chained(request, kwargs):
+                raise
+            logger.warning("%s: previous_response_id not found; sending the history", self._name)
+            return await self._complete(request, **{**kwargs, "previous_response_id": False})
+
+    async def _complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
         payload = self.build_payload(request, stream=False, **kwargs)
         body = await self.http.request_json(
             "POST",
-            "chat/completions",
+            self.stream_path,
             json_body=payload,
             model=payload["model"],
             timeout=request.timeout,
         )
         with malformed_guard(self._name, payload["model"], "a completion"):
-            return parse_completion(body, provider=self._name, model=payload["model"])
+            if self.api == "responses":
+                response = parse_response(body, provider=self._name, model=payload["model"])
+            else:
+                response = parse_completion(body, provider=self._name, model=payload["model"])
+        return self.priced(response, payload["model"])
+
+    @asynccontextmanager
+    async def open_stream(
+        self, request: ChatRequest, **kwargs: Any
+    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        """Stream a completion: yields an iterator of events, the last one ``response``.
+        A ``previous_response_id`` the server no longer knows is dropped once (the whole
+        history is sent instead)."""
+        async with AsyncExitStack() as stack:
+            try:
+                events = await stack.enter_async_context(super().open_stream(request, **kwargs))
+            except NotFoundError:
+                if not self._chained(request, kwargs):
+                    raise
+                logger.warning(
+                    "%s: previous_response_id not found; sending the history", self._name
+                )
+                unchained = {**kwargs, "previous_response_id": False}
+                events = await stack.enter_async_context(super().open_stream(request, **unchained))
+            yield events
+
+    def _chained(self, request: ChatRequest, kwargs: Mapping[str, Any]) -> bool:
+        return (
+            self.api == "responses"
+            and kwargs.get("previous_response_id", self.chain) is not False
+            and _last_response(request.messages)[0] is not None
+        )
 
     def _decode_stream(
         self, sse: AsyncIterator[SSEEvent], model: str
     ) -> AsyncGenerator[dict[str, Any], None]:
+        if self.api == "responses":
+            return responses_stream_events(sse, provider=self._name, model=model)
         return _stream_events(sse, provider=self._name, model=model)
 
     def build_payload(self, request: ChatRequest, *, stream: bool, **kwargs: Any) -> dict[str, Any]:
         """The JSON body for ``request`` (public so callers can inspect what is sent)."""
+        if self.api == "responses":
+            return self._responses_payload(request, stream=stream, **kwargs)
         model = request.model or self.model
         messages = to_wire_messages(request.messages, tool_content=self.assistant_tool_content)
         payload: dict[str, Any] = {"model": model, "messages": messages}
@@ -213,8 +287,114 @@ class OpenAIChatProvider(HTTPProvider):
             payload["stream_options"] = {"include_usage": True}
         return payload
 
+    def _responses_payload(
+        self, request: ChatRequest, *, stream: bool, **kwargs: Any
+    ) -> dict[str, Any]:
+        """The body of ``POST /responses``: our history as input items (after the last
+        answer only, with ``previous_response_id``), the options mapped to their
+        Responses names."""
+        model = request.model or self.model
+        messages: list[Any] = list(request.messages)
+        chain = kwargs.get("previous_response_id", self.chain) is not False
+        previous, after = _last_response(messages) if chain else (None, 0)
+        store = self.store or previous is not None
+        leading = [m for m in messages[:after] if _role(m) == "system"] if previous else []
+        instructions, items = to_responses_input(
+            [*leading, *messages[after:]], resend_reasoning=store
+        )
+        payload: dict[str, Any] = {"model": model, "input": items, "store": store}
+        if instructions:
+            payload["instructions"] = instructions
+        if previous is not None:
+            payload["previous_response_id"] = previous
+        if request.tools:
+            payload["tools"] = [responses_tool(tool) for tool in request.tools]
+            if request.tool_choice is not None:
+                payload["tool_choice"] = responses_tool_choice(request.tool_choice)
+            if self.parallel_tool_calls is not None:
+                payload["parallel_tool_calls"] = bool(self.parallel_tool_calls)
+        max_tokens = (
+            request.max_output_tokens
+            or kwargs.get("max_output_tokens")
+            or self.configured_max_output
+        )
+        if max_tokens:
+            payload["max_output_tokens"] = max_tokens
+        effort = request.reasoning_effort or kwargs.get("reasoning_effort") or self.reasoning_effort
+        if effort:
+            reasoning: dict[str, Any] = {"effort": effort}
+            if self.reasoning_summary:
+                reasoning["summary"] = self.reasoning_summary
+            payload["reasoning"] = reasoning
+        else:
+            temperature = (
+                request.temperature if request.temperature is not None else self.temperature
+            )
+            if temperature is not None:
+                payload["temperature"] = temperature
+        if request.top_p is not None:
+            payload["top_p"] = request.top_p
+        if request.response_format is not None:
+            payload["text"] = {"format": responses_text_format(request.response_format)}
+        if request.stop:
+            logger.debug("%s: the Responses API has no stop sequences; not sent", self._name)
+        include = self._include(model, effort, store)
+        if include:
+            payload["include"] = include
+        if self.prompt_cache_key:
+            payload["prompt_cache_key"] = self.prompt_cache_key
+        if self.cache_diagnostics:
+            last, _ = _last_response(messages)
+            if last is not None:
+                payload["prompt_cache_options"] = {"comparison_response_id": last}
+        if stream:
+            payload["stream"] = True
+        return payload
+
+    def _include(self, model: str, effort: str | None, store: bool) -> list[str]:
+        """What the response should include: the config's list, else the encrypted
+        reasoning a stateless request needs to send reasoning back (reasoning models only:
+        others refuse it)."""
+        if self.include is not None:
+            return list(self.include)
+        reasons = effort is not None or model.startswith(_REASONING_MODELS)
+        return [_ENCRYPTED_REASONING] if reasons and not store else []
+
 
 # -- config ---------------------------------------------------------------------------
+
+
+def _api(value: Any) -> str:
+    if value not in API_CHOICES:
+        msg = f"api: expected one of {', '.join(API_CHOICES)}, got {value!r}"
+        raise ConfigError(msg)
+    return str(value)
+
+
+def _flag(cfg: Mapping[str, Any], key: str, *, default: bool) -> bool:
+    value = cfg.get(key, default)
+    if not isinstance(value, bool):
+        msg = f"{key}: expected true or false, got {value!r}"
+        raise ConfigError(msg)
+    return value
+
+
+def _role(message: Any) -> Any:
+    return message.role if isinstance(message, Message) else message.get("role")
+
+
+def _last_response(messages: list[Any]) -> tuple[str | None, int]:
+    """The response id of the last assistant message that has one, and the index after it
+    (what a chained request sends); (None, 0) without one."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if _role(message) != "assistant":
+            continue
+        meta = message.metadata if isinstance(message, Message) else message.get("metadata")
+        response_id = (meta or {}).get("response_id")
+        if isinstance(response_id, str) and response_id:
+            return response_id, index + 1
+    return None, 0
 
 
 def resolve_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -583,6 +763,7 @@ class _StreamState:
                     "type": "content_block:delta",
                     "index": index,
                     "block_type": "tool_call",
+                    "id": block["id"],
                     "delta": function["arguments"],
                 }
             )
@@ -715,6 +896,13 @@ CONFIG_SCHEMA = ConfigSchema(
         "azure_endpoint": Setting((str,), "Azure OpenAI resource URL"),
         "azure_deployment": Setting((str,), "Azure OpenAI deployment name"),
         "api_version": Setting((str,), "Azure OpenAI api-version"),
+        "api": Setting((str,), "chat (Chat Completions, default) or responses"),
+        "store": Setting((bool,), "responses: let the server store responses"),
+        "previous_response_id": Setting((bool,), "responses: chain requests by response id"),
+        "reasoning_summary": Setting((str,), "responses: reasoning summary (default auto)"),
+        "include": Setting((list,), "responses: include list (default: encrypted reasoning)"),
+        "prompt_cache_key": Setting((str,), "responses: cache routing key"),
+        "prompt_cache_diagnostics": Setting((bool,), "responses: ask why a cache missed"),
     },
 )
 """The keys provider-openai accepts (checked by ``validate --strict``)."""

@@ -7,14 +7,17 @@ exception is raised instead) or from a function of the request, after an optiona
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
+import attrs
 
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, LLMError, ValidationError
 from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall, structure
+from ._upstream import answers_upstream
+from .pricing import PriceTable
 
 __all__ = ("ScriptedProvider", "ScriptExhaustedError", "mount")
 
@@ -30,7 +33,9 @@ class ScriptedProvider:
     """Replies from a script, deterministically.
 
     ``latency`` is seconds per call (a number, or a list consumed call by call, the last
-    value repeating). Every request is recorded in `requests`.
+    value repeating). ``pricing`` (a `PriceTable` or its config) prices each reply's
+    usage as the HTTP providers do (model ``scripted``, or the request's). Every request is
+    recorded in `requests`.
     """
 
     def __init__(
@@ -42,6 +47,7 @@ class ScriptedProvider:
         priority: int | None = None,
         context_window: int = 200_000,
         max_output_tokens: int = 8_192,
+        pricing: PriceTable | Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.priority = priority
@@ -51,6 +57,9 @@ class ScriptedProvider:
         self.context_window = context_window
         self.max_output_tokens = max_output_tokens
         self.requests: list[ChatRequest] = []
+        if not isinstance(pricing, PriceTable):
+            pricing = PriceTable.from_config(pricing)
+        self.pricing = pricing
 
     def get_info(self) -> ProviderInfo:
         """Describe the provider; defaults carry the simulated model's window."""
@@ -78,22 +87,31 @@ class ScriptedProvider:
             )
         ]
 
+    @answers_upstream
     async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
-        """Record the request, wait the latency, then give (or raise) the next reply."""
+        """Record the request, wait the latency, then give (or raise) the next reply. An
+        upstream orchestrator's request is recorded converted, and answered in upstream's
+        shape (``docs/upstream.md``)."""
         self.requests.append(request)
         await anyio.sleep(self._next_latency())
         if self._reply is not None:
             reply = self._reply(request)
             if inspect.isawaitable(reply):
                 reply = await reply
-            return _checked(reply)
+            return self._priced(_checked(reply), request)
         if not self._script:
             msg = f"script exhausted after {len(self.requests) - 1} replies"
             raise ScriptExhaustedError(msg, provider=self.name)
         item = self._script.pop(0)
         if isinstance(item, BaseException):
             raise item
-        return item
+        return self._priced(item, request)
+
+    def _priced(self, response: ChatResponse, request: ChatRequest) -> ChatResponse:
+        if not self.pricing or response.usage is None:
+            return response
+        usage = self.pricing.priced(response.usage, request.model or "scripted")
+        return attrs.evolve(response, usage=usage)
 
     def parse_tool_calls(self, response: ChatResponse) -> list[ToolCall]:
         """The response's tool calls."""
@@ -118,7 +136,7 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> None:
     """Mount a scripted provider.
 
     Config: ``responses`` (a list of ChatResponse dicts), or ``demo: true`` for the
-    built-in demo script; ``latency``; ``name``; ``priority``.
+    built-in demo script; ``latency``; ``name``; ``priority``; ``pricing``.
     """
     config = dict(config or {})
     name = str(config.get("name", "scripted"))
@@ -132,7 +150,11 @@ async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> None:
         except ValidationError as exc:
             raise ConfigError(f"responses: {'; '.join(exc.errors)}") from exc
     provider = ScriptedProvider(
-        script, name=name, latency=config.get("latency", 0.0), priority=config.get("priority")
+        script,
+        name=name,
+        latency=config.get("latency", 0.0),
+        priority=config.get("priority"),
+        pricing=config.get("pricing"),
     )
     await coordinator.mount("providers", provider, name=name)
 
@@ -145,6 +167,7 @@ CONFIG_SCHEMA = ConfigSchema(
         "latency": Setting((float, list), "seconds before each answer (one, or one per reply)"),
         "name": Setting((str,), "the provider's mount name"),
         "priority": Setting((int,), "selection priority (lower first)"),
+        "pricing": Setting((dict,), "dollars per million tokens (one price, or by model)"),
     },
 )
 """The keys provider-scripted accepts."""

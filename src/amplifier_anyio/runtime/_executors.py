@@ -23,9 +23,11 @@ Built in:
   under one `anyio.CapacityLimiter` shared by all its calls (``max_workers``, or
   anyio's default thread limiter). A cancel waits for the thread, as for a synchronous
   tool: a thread cannot be interrupted;
-- ``process`` — each call in a worker process (`anyio.to_process.run_sync`), which
-  rebuilds the tool from its plan entry (module id + config, mounted once per worker
-  process) and runs it. A cancel kills that worker process, so nothing of the call runs on.
+- ``process`` — each call in a worker process of the executor's own pool, which rebuilds
+  the tool from its plan entry (module id + config, mounted once per worker process) and
+  runs it. A cancel kills that worker process, so nothing of the call runs on. At the
+  session's end the workers are stopped: each runs the cleanups of the modules it mounted,
+  then exits (a worker that does not within ``stop_timeout`` is killed).
 
 Other executors are modules (``executor-dask``): the module's ``mount(coordinator,
 config)`` returns its executor. An executor with ``needs_service = True`` (the default for
@@ -39,15 +41,22 @@ and the call then gets the batch's timeout or cancelled result.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
+import logging
+import pickle
+import subprocess
+import sys
 import threading
 from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 import anyio
+import anyio.abc
 import attrs
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ..errors import ConfigError
 from ..kernel._mount_plan import ModuleSpec
@@ -67,8 +76,11 @@ __all__ = (
     "BUILTIN_EXECUTORS",
     "builtin_executor",
     "run_tool_in_worker",
+    "close_worker_tools",
     "WorkerToolError",
 )
+
+logger = logging.getLogger(__name__)
 
 
 @attrs.frozen(kw_only=True)
@@ -240,16 +252,80 @@ class ThreadExecutor(_Limited):
 
 
 @attrs.define(eq=False)
+class _Worker:
+    """One worker process of a `ProcessExecutor` and its two pipes."""
+
+    process: anyio.abc.Process
+    replies: BufferedByteReceiveStream
+
+    @classmethod
+    async def start(cls) -> _Worker:
+        command = [sys.executable, "-u", "-m", "amplifier_anyio.runtime._process_worker"]
+        # Shielded: a cancel landing while asyncio connects the pipes would lose the handle
+        # of a process that runs on; the handle once ours, a cancel kills the process.
+        with anyio.CancelScope(shield=True):
+            process = await anyio.open_process(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None
+            )
+        assert process.stdout is not None
+        worker = cls(process, BufferedByteReceiveStream(process.stdout))
+        try:
+            await worker.send(("path", list(sys.path)))
+        except BaseException:
+            await worker.kill()
+            raise
+        return worker
+
+    async def send(self, command: tuple[Any, ...]) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send(pickle.dumps(command, pickle.HIGHEST_PROTOCOL))
+
+    async def receive(self) -> tuple[str, Any]:
+        size = int.from_bytes(await self.replies.receive_exactly(8), "big")
+        status, value = pickle.loads(await self.replies.receive_exactly(size))  # noqa: S301 - our worker
+        return status, value
+
+    async def kill(self) -> None:
+        """Kill the process and reap it (shielded: it is quick once killed)."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            await self.process.aclose()
+
+    async def stop(self, timeout: float) -> None:
+        """Let the worker run its modules' cleanups and exit; kill it past ``timeout``."""
+        with anyio.move_on_after(timeout):
+            try:
+                await self.send(("stop",))
+                status, problems = await self.receive()
+            except (anyio.BrokenResourceError, anyio.EndOfStream, OSError):
+                status, problems = "gone", None
+            if status == "stopped" and problems:
+                for problem in problems:
+                    logger.error("process executor: a worker's cleanup failed: %s", problem)
+            await self.process.wait()
+        if self.process.returncode is None:
+            logger.error("process executor: a worker did not stop within %s s; killed", timeout)
+        await self.kill()
+
+
+@attrs.define(eq=False)
 class ProcessExecutor(_Limited):
     """Each call in a worker process that rebuilds the tool from its plan entry.
 
-    The tool's module must be importable in the worker (an installed package or an entry
-    point); a worker mounts a given module + config once and keeps it. ``max_workers``:
-    processes at once (None: anyio's default process limiter, the CPU count). A cancel
-    kills the worker process running the call.
+    The tool's module must be importable in the worker (an installed package, an entry
+    point or a plan entry's ``source``); a worker mounts a given module + config once and
+    keeps it. ``max_workers``: processes at once (None: anyio's default process limiter,
+    the CPU count). Workers are the executor's own, kept between calls: a cancel kills the
+    worker running the call; `stop` (at the session's cleanup) has each worker run
+    the cleanups of the modules it mounted and exit.
     """
 
     name: str = "process"
+    stop_timeout: float = 5.0
+    """Seconds a worker may take to run its cleanups and exit before it is killed."""
+    _idle: list[_Worker] = attrs.field(init=False, factory=list)
+    _busy: set[_Worker] = attrs.field(init=False, factory=set)
 
     def _default_limiter(self) -> anyio.CapacityLimiter:
         return anyio.to_process.current_default_process_limiter()
@@ -262,16 +338,39 @@ class ProcessExecutor(_Limited):
         if spec is None:
             msg = f"tool {call.name!r} has no plan entry to rebuild it from in a worker process"
             raise WorkerToolError(msg)
-        return await anyio.to_process.run_sync(
-            run_tool_in_worker,
-            spec.module,
-            spec.source,
-            json.dumps(spec.config, sort_keys=True, default=str),
-            call.name,
-            tool_input,
-            cancellable=True,
-            limiter=self._limit(),
-        )
+        config = json.dumps(spec.config, sort_keys=True, default=str)
+        command = ("run", spec.module, spec.source, config, call.name, tool_input)
+        async with self._limit():
+            worker = self._idle.pop() if self._idle else await _Worker.start()
+            self._busy.add(worker)
+            try:
+                await worker.send(command)
+                status, value = await worker.receive()
+            except BaseException:  # cancelled, or the worker died: it runs nothing more
+                self._busy.discard(worker)
+                await worker.kill()
+                raise
+            self._busy.discard(worker)
+            self._idle.append(worker)
+        if status != "ok":
+            raise value if isinstance(value, BaseException) else WorkerToolError(str(value))
+        result: ToolResult = value
+        return result
+
+    async def stop(self) -> None:
+        """Stop every worker: each runs its modules' cleanups and exits (bounded)."""
+        idle, self._idle = self._idle, []
+        busy, self._busy = list(self._busy), set()
+        async with anyio.create_task_group() as group:
+            for worker in idle:
+                group.start_soon(worker.stop, self.stop_timeout)
+            for worker in busy:  # a call still running at the end: nothing waits for it
+                group.start_soon(worker.kill)
+
+    @property
+    def workers(self) -> int:
+        """Worker processes alive now (idle and busy)."""
+        return len(self._idle) + len(self._busy)
 
 
 BUILTIN_EXECUTORS = ("local", "thread", "process")
@@ -306,31 +405,49 @@ def _unknown(config: Mapping[str, Any], known: tuple[str, ...], field: str) -> N
 
 # -- the worker side ---------------------------------------------------------------------------
 
-_worker_tools: dict[tuple[str, str | None, str], dict[str, Any]] = {}
+_worker_tools: dict[tuple[str, str | None, str], tuple[dict[str, Any], Any]] = {}
 _worker_lock = threading.Lock()
 
 
-async def _mount_tools(module: str, source: str | None, config: dict[str, Any]) -> dict[str, Any]:
+async def _mount_tools(
+    module: str, source: str | None, config: dict[str, Any]
+) -> tuple[dict[str, Any], Any]:
+    """The tools one plan entry mounts, and the coordinator that holds its cleanup."""
     from ..kernel._coordinator import ModuleCoordinator  # noqa: PLC0415 - worker side only
     from ..kernel._loader import ModuleLoader  # noqa: PLC0415
 
     coordinator = ModuleCoordinator()
     loader = ModuleLoader(coordinator=coordinator)
     mount = await loader.load(module, config, source, coordinator)
-    await mount(coordinator)
+    coordinator.register_cleanup(await mount(coordinator))
     tools: dict[str, Any] = dict(coordinator.get("tools"))
-    return tools
+    return tools, coordinator
 
 
 def _tools_of(module: str, source: str | None, config_json: str) -> dict[str, Any]:
     """The tools of one plan entry in this worker, mounted on first use (cached)."""
     key = (module, source, config_json)
     with _worker_lock:
-        tools = _worker_tools.get(key)
-        if tools is None:
-            tools = anyio.run(_mount_tools, module, source, json.loads(config_json))
-            _worker_tools[key] = tools
-    return tools
+        mounted = _worker_tools.get(key)
+        if mounted is None:
+            mounted = anyio.run(_mount_tools, module, source, json.loads(config_json))
+            _worker_tools[key] = mounted
+    return mounted[0]
+
+
+def close_worker_tools() -> list[str]:
+    """Run the cleanups of every module this worker mounted (newest first) and forget
+    them; the problems, one line each (a failing cleanup does not stop the others)."""
+    problems: list[str] = []
+    with _worker_lock:
+        mounted = list(_worker_tools.items())
+        _worker_tools.clear()
+    for (module, _, _), (_, coordinator) in reversed(mounted):
+        try:
+            anyio.run(coordinator.cleanup)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            problems.append(f"{module}: {type(exc).__name__}: {exc}")
+    return problems
 
 
 def run_tool_in_worker(

@@ -1,6 +1,7 @@
 """Relaying a provider's stream as ``content_block:*`` and ``thinking:delta`` events.
 
-The provider's ``stream(request)`` is an async context manager yielding event dicts whose
+The provider's ``open_stream(request)`` (``stream`` in providers written to this
+contract's earlier name, see `stream_opener`) is an async context manager yielding event dicts whose
 last item is ``{"type": "response", "response": ChatResponse}``. The relay emits each
 content event with the provider's name and returns the assembled response; leaving the
 ``async with`` (a cancel, a hook error) closes the provider's connection.
@@ -16,16 +17,27 @@ from ..events import CONTENT_BLOCK_DELTA, CONTENT_BLOCK_END, CONTENT_BLOCK_START
 from ..models import ChatResponse, unstructure
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from ..kernel._hooks import HookRegistry
 
-__all__ = ("STREAM_EVENTS", "relay_stream", "stream_payload")
+__all__ = ("STREAM_EVENTS", "relay_stream", "stream_payload", "stream_opener")
 
 STREAM_EVENTS = frozenset(
     {CONTENT_BLOCK_START, CONTENT_BLOCK_DELTA, CONTENT_BLOCK_END, THINKING_DELTA}
 )
 """The stream event types relayed as hook events (others are ignored)."""
+
+
+def stream_opener(
+    provider: Any,
+) -> Callable[..., AbstractAsyncContextManager[AsyncIterator[dict[str, Any]]]] | None:
+    """The provider's ``open_stream``, else its ``stream`` (the contract's earlier name),
+    else None: it does not stream."""
+    opener = getattr(provider, "open_stream", None)
+    if opener is None:
+        opener = getattr(provider, "stream", None)
+    return opener if callable(opener) else None
 
 
 async def relay_stream(

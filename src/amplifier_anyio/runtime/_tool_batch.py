@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from ..contexts._journal import pending_result
+from ..contexts._journal import ArgumentsChangedError, pending_result
 from ..errors import ApprovalDeferred, ContextWriteError, unwrap_group
 from ..events import TOOL_ERROR, TOOL_POST, TOOL_PRE
 from ..kernel._cancellation import CancellationToken
@@ -211,6 +211,10 @@ class ToolBatch:
             raise failure
 
     async def _run_all(self) -> None:
+        handle = self.handle
+        if handle is not None and not handle.budget.charge_tool_calls(len(self.calls)):
+            # over the budget (kernel/_budget): the turn that ran out was cancelled just now
+            await anyio.lowlevel.checkpoint_if_cancelled()
         if self.config.parallel and len(self.calls) > 1:
             await self._run_parallel()
         else:
@@ -431,6 +435,9 @@ class ToolBatch:
                     await self._journal_finish(call, replaced, result.success)
         except ApprovalDeferred as deferral:
             await self._hold_call(index, call, tool_input, deferral.prompt)
+        except ArgumentsChangedError as changed:  # an approval binds to the call it was given for
+            self._slots[index] = f"Denied: {changed}"
+            self.succeeded[index] = False
         except (KeyboardInterrupt, SystemExit) as exc:
             self._stop(index, exc)
         except Exception as exc:  # noqa: BLE001 - one call's failure is that call's result
@@ -470,6 +477,7 @@ class ToolBatch:
             trace_id=self._trace_id,
             idempotency_key=key,
             approved=call.id in self.approved,
+            batch=self.calls,
         )
 
     def _elsewhere(

@@ -44,16 +44,21 @@ from ..events import (
     ORCHESTRATOR_COMPLETE,
     PROMPT_COMPLETE,
     PROMPT_SUBMIT,
+    PROVIDER_CACHE,
     PROVIDER_ERROR,
     PROVIDER_REQUEST,
     PROVIDER_RESPONSE,
     PROVIDER_TOOL_SEQUENCE_REPAIRED,
 )
+from ..kernel._budget import BUDGET_FINISH_REASON, cost_of
 from ..kernel._foreign import chat_response_of
+from ..kernel._handle import turn_scope
 from ..kernel._tracing import trace_scope
 from ..kernel._turns import PendingApproval, TurnResult, TurnStatus
 from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
 from ..models._validators import number
+from ._prompt_cache import report_cache
+from ._race import PROVIDERS_POLICY, call_with_policy
 from ._requests import (
     LOOP_LIMIT_REMINDER,
     assistant_message,
@@ -67,7 +72,7 @@ from ._requests import (
     select_provider,
     tool_calls_of,
 )
-from ._streaming import relay_stream
+from ._streaming import relay_stream, stream_opener
 from ._tool_batch import ToolBatch, ToolBatchConfig
 
 if TYPE_CHECKING:
@@ -170,7 +175,7 @@ class Turn:
             text=self.text,
             status=self.status,
             turn_count=self.iterations,
-            usage=self.usage,
+            usage=self.usage + self.handle.budget.below,  # with what sub-agents spent
             error=self.error,
             trace_id=self.trace_id,
             finish_reason=self.finish_reason,
@@ -182,7 +187,7 @@ class Turn:
         """Run the turn to its end; the host's own cancellation propagates (after the
         terminal events), every other ending is in the result."""
         deadline = self.handle.start(self.config.turn_timeout)
-        with trace_scope(self.trace_id):
+        with trace_scope(self.trace_id), turn_scope(self.handle):
             try:
                 with anyio.CancelScope(deadline=deadline) as scope, self.bind_scope(scope):
                     start: dict[str, Any] = {"prompt": self.prompt}
@@ -200,6 +205,10 @@ class Turn:
             else:
                 if scope.cancelled_caught:
                     self.status = TurnStatus.CANCELLED
+            if self.status is TurnStatus.CANCELLED and self.handle.budget.exhausted is not None:
+                # this turn's own budget ran out (_budget): not a cancel someone asked for
+                self.status, self.finish_reason = TurnStatus.INCOMPLETE, BUDGET_FINISH_REASON
+                self.problems.append(f"budget: {self.handle.budget.exhausted}")
             await self._finish()
         return self.result()
 
@@ -333,7 +342,7 @@ class Turn:
         self, provider: Provider, *, with_tools: bool, reminder: bool = False
     ) -> ChatResponse | None:
         """One provider call with its events; None when a hook denied it."""
-        stream = self.streaming and getattr(provider, "stream", None) is not None
+        stream = self.streaming and stream_opener(provider) is not None
         payload: dict[str, Any] = {
             "provider": self.provider_name,
             "iteration": self.iterations,
@@ -359,6 +368,9 @@ class Turn:
             raise
         if response.usage is not None:
             self.usage = self.usage + response.usage
+            self.handle.budget.charge_usage(response.usage, self._cost(response.usage))
+        if self.hooks.has_handlers(PROVIDER_CACHE):  # which part of the prompt prefix changed
+            await report_cache(self, request, response, module=provider)
         self.finish_reason = response.finish_reason
         if self.hooks.has_handlers(LLM_RESPONSE):
             await self.hooks.emit(LLM_RESPONSE, llm_response_payload(self.provider_name, response))
@@ -375,6 +387,14 @@ class Turn:
             },
         )
         return response
+
+    def _cost(self, usage: Usage) -> float:
+        """The dollars of ``usage``: the provider's own ``cost_usd`` (its ``pricing``
+        table, by model), else its plan entry's ``pricing`` (0 without)."""
+        if usage.cost_usd is not None:
+            return float(usage.cost_usd)
+        spec = self.coordinator.provider_specs.get(self.provider_name)
+        return cost_of(usage, spec.config.get("pricing")) if spec is not None else 0.0
 
     async def _request(
         self, provider: Provider, *, with_tools: bool, reminder: bool
@@ -399,7 +419,10 @@ class Turn:
     async def _complete(
         self, provider: Provider, request: ChatRequest, kwargs: dict[str, Any]
     ) -> ChatResponse:
-        stream = getattr(provider, "stream", None) if self.streaming else None
+        policy = self.coordinator.get_capability(PROVIDERS_POLICY)
+        if policy is not None:  # failover and hedging: the call is a race (runtime/_race)
+            return await call_with_policy(self, policy, request, kwargs)
+        stream = stream_opener(provider) if self.streaming else None
         if stream is None:
             response: Any = await provider.complete(request, **kwargs)
         else:

@@ -38,7 +38,7 @@ class ScriptedApprovalSystem:
         prompt: str,
         options: list[str],
         timeout: float,
-        default: Literal["allow", "deny"],
+        default: Literal["allow", "deny", "defer"],
     ) -> str:
         """Record the request and give the next scripted answer."""
         await anyio.lowlevel.checkpoint()

@@ -1,5 +1,5 @@
 """A pytest plugin, registered by installing amplifier_anyio: the Hypothesis settings the
-strategies of `amplifier_anyio.testing.strategies` need.
+strategies of `amplifier_anyio.testing.strategies` need, and the ``cassette`` fixture.
 
 Whole conversations are large, rich examples; Hypothesis's default health checks take them
 for a mistake (``too_slow``, ``data_too_large``, ``large_base_example``), so a module
@@ -13,13 +13,49 @@ On a CI machine (``CI`` or a vendor's variable set) Hypothesis loads its built-i
 profile by itself; that is not the project's choice either, so the plugin loads
 ``amplifier-anyio-ci`` in its place (derandomised, as Hypothesis's own ``ci`` is). A project
 that registers a profile of its own named ``ci`` keeps it.
+
+**Cassettes.** The ``cassette`` fixture gives each test a
+`CassetteSpec` — a file of its own under ``tests/cassettes/``
+(the ini option ``cassette_dir``), named from the test's node id
+(``tests/unit/test_x.py::test_y[trio]`` → ``tests/cassettes/unit/test_x/test_y[trio].jsonl``)
+— for the plan's ``session.cassette`` (``cassette.to_dict()``) or
+`install_cassette`. ``--cassette-mode`` takes VCR's
+modes: ``once`` (replay the file when it exists, else record it: the default on a
+developer's machine), ``none`` (replay only; a missing file or a new call fails: the
+default when the ``CI`` variable is set), ``new_episodes`` (replay what is recorded, record
+what is past the end) and ``all`` (record everything again). ``@pytest.mark.cassette(tools=
+True)`` records and replays the test's tool results too.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ("PROFILE", "CI_PROFILE", "pytest_configure")
+import pytest
+
+if TYPE_CHECKING:
+    from ..kernel._mount_plan import CassetteSpec
+
+__all__ = (
+    "PROFILE",
+    "CI_PROFILE",
+    "CASSETTE_MODES",
+    "pytest_addoption",
+    "pytest_configure",
+    "cassette",
+    "cassette_path",
+)
+
+CASSETTE_MODES: dict[str, str] = {
+    "none": "replay",
+    "once": "auto",
+    "new_episodes": "new_episodes",
+    "all": "record",
+}
+"""``--cassette-mode`` (VCR's names) → the cassette's own mode."""
 
 PROFILE = "amplifier-anyio"
 """Health checks the strategies trip suppressed, no deadline."""
@@ -61,8 +97,28 @@ def _register() -> bool:
 _REGISTERED = _register()
 
 
+def pytest_addoption(parser: Any) -> None:
+    """``--cassette-mode`` and the ini option ``cassette_dir``."""
+    group = parser.getgroup("amplifier-anyio")
+    group.addoption(
+        "--cassette-mode",
+        choices=tuple(CASSETTE_MODES),
+        default=None,
+        help="VCR's record modes for the cassette fixture: once (default), none (default "
+        "when CI is set: replay only), new_episodes, all (record everything again).",
+    )
+    parser.addini(
+        "cassette_dir",
+        "where the cassette fixture keeps its files, from the root directory",
+        default="tests/cassettes",
+    )
+
+
 def pytest_configure(config: Any) -> None:
-    """Load `PROFILE` unless a profile was already chosen."""
+    """Load `PROFILE` unless a profile was already chosen; declare the marker."""
+    config.addinivalue_line(
+        "markers", "cassette(tools=False): options of the test's cassette fixture"
+    )
     if not _REGISTERED:
         return
     from hypothesis import settings  # noqa: PLC0415 - only with hypothesis
@@ -72,3 +128,33 @@ def pytest_configure(config: Any) -> None:
         settings.load_profile(PROFILE)
     elif current == "ci" and _BUILTIN_CI is not None and settings.get_profile("ci") is _BUILTIN_CI:
         settings.load_profile(CI_PROFILE)
+
+
+def cassette_path(root: Path, directory: str, nodeid: str) -> Path:
+    """The cassette file of the test ``nodeid``: ``<root>/<directory>/<module path, a
+    leading tests/ left out>/<test name>.jsonl``, characters a file name should not hold
+    replaced by ``_``."""
+    module, _, name = nodeid.partition("::")
+    parts = list(Path(module).with_suffix("").parts)
+    if parts and parts[0] == Path(directory).parts[0]:
+        parts = parts[1:]
+    file_name = re.sub(r"[^\w.\[\]=-]+", "_", name.replace("::", ".")) or "test"
+    return root / directory / Path(*parts) / f"{file_name}.jsonl"
+
+
+def _on_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture
+def cassette(request: Any) -> CassetteSpec:
+    """This test's cassette (see the module docstring): put ``cassette.to_dict()`` in the
+    plan's ``session`` table as ``cassette``."""
+    from ..kernel._mount_plan import CassetteSpec  # noqa: PLC0415 - only tests that use it
+
+    config = request.config
+    mode = config.getoption("--cassette-mode") or ("none" if _on_ci() else "once")
+    marker = request.node.get_closest_marker("cassette")
+    tools = bool(marker.kwargs.get("tools", False)) if marker is not None else False
+    path = cassette_path(config.rootpath, config.getini("cassette_dir"), request.node.nodeid)
+    return CassetteSpec(path=str(path), mode=CASSETTE_MODES[mode], tools=tools)

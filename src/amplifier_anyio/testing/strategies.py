@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import string
 import typing
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from hypothesis import strategies as st
@@ -215,7 +216,14 @@ def reasoning_blocks() -> st.SearchStrategy[ReasoningBlock]:
     """A [`ReasoningBlock`][amplifier_anyio.models.ReasoningBlock] with JSON content and summary
     parts."""
     parts = st.lists(json_values(max_leaves=3), max_size=3)
-    return st.builds(ReasoningBlock, content=parts, summary=parts, visibility=_visibilities())
+    return st.builds(
+        ReasoningBlock,
+        content=parts,
+        summary=parts,
+        id=_optional(_identifiers()),
+        encrypted_content=_optional(st.text(max_size=20)),
+        visibility=_visibilities(),
+    )
 
 
 def provider_blocks() -> st.SearchStrategy[ProviderBlock]:
@@ -310,7 +318,12 @@ def usages() -> st.SearchStrategy[Usage]:
         reasoning_tokens=_optional(_counts()),
         cache_read_tokens=_optional(_counts()),
         cache_write_tokens=_optional(_counts()),
+        cost_usd=_optional(_costs()),
     )
+
+
+def _costs() -> st.SearchStrategy[Decimal]:
+    return st.decimals(min_value=0, max_value=10**6, allow_nan=False, allow_infinity=False)
 
 
 def _tool_choices() -> st.SearchStrategy[str | dict[str, Any] | None]:

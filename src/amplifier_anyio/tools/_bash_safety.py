@@ -1,10 +1,19 @@
 """tool-bash's deny-list: refuse the obviously destructive commands before they run.
 
 A command is split into simple commands (at ``;``, ``&&``, ``||``, ``|``, ``&``, newlines,
-``$(…)`` and backticks) and each is read with shell quoting rules, so a rule looks at the
-command word and its arguments — ``echo "rm -rf /"`` is an echo, not an rm. Leading
-variable assignments and wrappers (``sudo``, ``env``, ``nohup``, ``time``, …) are looked
-through, and ``bash -c '…'`` / ``eval …`` are checked recursively.
+``(``/``)``, ``$(…)`` and backticks) and each is read with shell quoting rules, so a rule
+looks at the command word and its arguments — ``echo "rm -rf /"`` is an echo, not an rm.
+
+Each simple command is then peeled like the shell and the wrappers would run it: leading
+``!``, ``{`` and ``if``/``while``/``do``… keywords, variable assignments (``FOO=1``) and
+redirections go, and a wrapper (``sudo``, ``doas``, ``env``, ``nice``, ``nohup``,
+``timeout``, ``xargs``, ``time``, ``command``, ``builtin``, ``exec``, ``stdbuf``,
+``setsid``, ``ionice``) goes with its own options and their values (``nice -n 5``, ``env -u
+HOME``, ``timeout -s KILL 5``, ``xargs -n 1``, ``stdbuf -oL``; ``env -S 'cmd args'`` is
+read as the command it spells). Every layer — the wrapper and what it runs — is checked
+against every rule and every ``denied_commands`` pattern, so ``nice -n 5 sudo …`` is a
+sudo and ``FOO=1 probe`` matches ``probe*``. ``bash -c '…'`` / ``eval …`` are checked
+recursively.
 
 This is a seatbelt against accidents, not a sandbox: a determined command can always be
 spelt so no pattern sees it (``$(printf 'r%s' m) -rf /``). Approval (hooks-approval) and
@@ -20,15 +29,66 @@ import shlex
 from collections.abc import Callable, Iterable, Sequence
 from fnmatch import fnmatchcase
 
+import attrs
+
 __all__ = ("PROFILES", "check_command")
 
 PROFILES = ("strict", "standard", "permissive", "unrestricted")
 """Safety profiles, strictest first."""
 
 _SEPARATORS = frozenset(";&|()")
-_WRAPPERS = frozenset(
-    {"sudo", "doas", "env", "nice", "nohup", "time", "command", "builtin", "exec", "xargs"}
-)
+
+
+@attrs.frozen
+class _Options:
+    """How a wrapper reads its own options before the command it runs."""
+
+    short: str = ""
+    """Short options that take a value (``-n 5`` or ``-n5``)."""
+    long: frozenset[str] = frozenset()
+    """Long options that take a value (``--signal KILL`` or ``--signal=KILL``)."""
+    positionals: int = 0
+    """Operands before the command (``timeout``'s duration)."""
+    inspects: str = ""
+    """Short options with which it only reports on the command (``command -v``)."""
+
+
+_WRAPPERS: dict[str, _Options] = {
+    "sudo": _Options(
+        "CDghprtTUu",
+        frozenset(
+            {
+                *("--close-from", "--chdir", "--group", "--host", "--prompt", "--role"),
+                *("--type", "--command-timeout", "--other-user", "--user", "--chroot"),
+            }
+        ),
+    ),
+    "doas": _Options("Cu"),
+    "env": _Options("CPSu", frozenset({"--chdir", "--split-string", "--unset"})),
+    "nice": _Options("n", frozenset({"--adjustment"})),
+    "nohup": _Options(),
+    "timeout": _Options("ks", frozenset({"--kill-after", "--signal"}), positionals=1),
+    "xargs": _Options(
+        "adEILnPs",
+        frozenset(
+            {
+                *("--arg-file", "--delimiter", "--max-args", "--max-procs", "--max-chars"),
+                "--process-slot-var",
+            }
+        ),
+    ),
+    "time": _Options("fo", frozenset({"--format", "--output"})),
+    "command": _Options(inspects="vV"),
+    "builtin": _Options(),
+    "exec": _Options("a"),
+    "stdbuf": _Options("eio", frozenset({"--error", "--input", "--output"})),
+    "setsid": _Options(),
+    "ionice": _Options("cnpP", frozenset({"--class", "--classdata", "--pid", "--pgid"})),
+}
+_KEYWORDS = frozenset({"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done"})
+_KEYWORDS |= {"while", "until"}
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
+_REDIRECT = re.compile(r"[<>&]*[<>][<>&|]*")
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
 _SYSTEM_DIRS = frozenset(
     {
@@ -74,23 +134,35 @@ def _check(text: str, profile: str, denied: Sequence[str], depth: int) -> str | 
     if profile == "strict" and _PIPE_TO_SHELL.search(text):
         return "piping a download into a shell"
     for simple in _simple_commands(text):
-        joined = " ".join(simple)
+        layers = _layers(simple)
         for pattern in denied:
-            if fnmatchcase(text, pattern) or fnmatchcase(joined, pattern):
+            if _denied(pattern, text, simple, layers):
                 return f"matches denied_commands pattern {pattern!r}"
-        words = _unwrap(simple, profile)
-        if not words:
-            continue
-        for rule in _RULES[profile]:
-            reason = rule(_name(words[0]), words)
-            if reason is not None:
-                return reason
-        inner = _nested(words)
-        if inner is not None and depth < 5:
-            reason = _check(inner, profile, denied, depth + 1)
-            if reason is not None:
-                return reason
+        # the simple command as written too: a leading redirection is a rule's business
+        for words in [simple, *layers] if layers[:1] != [simple] else layers:
+            for rule in _RULES[profile]:
+                reason = rule(_name(words[0]), words)
+                if reason is not None:
+                    return reason
+            inner = _nested(words)
+            if inner is not None and depth < 5:
+                reason = _check(inner, profile, denied, depth + 1)
+                if reason is not None:
+                    return reason
     return None
+
+
+def _denied(pattern: str, text: str, simple: list[str], layers: list[list[str]]) -> bool:
+    """Whether a ``denied_commands`` glob matches the command, a simple command of it, or
+    any layer of one (its first word also as a bare name: ``/usr/bin/probe`` is ``probe``)."""
+    if fnmatchcase(text, pattern) or fnmatchcase(" ".join(simple), pattern):
+        return True
+    for words in layers:
+        if fnmatchcase(" ".join(words), pattern):
+            return True
+        if fnmatchcase(" ".join([_name(words[0]), *words[1:]]), pattern):
+            return True
+    return False
 
 
 def _simple_commands(text: str) -> list[list[str]]:
@@ -115,20 +187,75 @@ def _simple_commands(text: str) -> list[list[str]]:
     return commands
 
 
-def _unwrap(words: list[str], profile: str) -> list[str]:
-    """Drop leading assignments and wrappers (``sudo`` is kept where it is refused)."""
-    privileged = profile in ("strict", "standard")
-    while words:
-        first = words[0]
-        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", first):
-            words = words[1:]
-        elif _name(first) in _WRAPPERS and not (privileged and _name(first) in ("sudo", "doas")):
-            words = words[1:]
-            while words and words[0].startswith("-"):  # the wrapper's own options
-                words = words[1:]
+def _layers(words: list[str]) -> list[list[str]]:
+    """What runs, layer by layer: the command as written (keywords, assignments and
+    leading redirections peeled off), then what each wrapper in it runs."""
+    layers: list[list[str]] = []
+    while True:
+        words = _peel(words)
+        if not words:
+            return layers
+        layers.append(words)
+        options = _WRAPPERS.get(_name(words[0]))
+        if options is None:
+            return layers
+        words = _wrapped(words, options)
+
+
+def _peel(words: list[str]) -> list[str]:
+    """Drop leading keywords, assignments and redirections (with their targets)."""
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word in _KEYWORDS or _ASSIGNMENT.fullmatch(word):
+            index += 1
+        elif _REDIRECT.fullmatch(word):
+            index += 2  # the operator and its target
+        elif word.isdigit() and index + 1 < len(words) and _REDIRECT.fullmatch(words[index + 1]):
+            index += 1  # a descriptor number before its operator
         else:
             break
-    return words
+    return words[index:]
+
+
+def _wrapped(words: list[str], options: _Options) -> list[str]:
+    """The command a wrapper runs: what follows its options, their values and operands
+    (``env -S``'s value is split into words, as env does)."""
+    index, prefix = 1, []
+    while index < len(words):
+        word = words[index]
+        if word == "--":
+            index += 1
+            break
+        if not word.startswith("-") or word == "-":
+            break
+        index += 1
+        if word.startswith("--"):
+            name, equals, value = word.partition("=")
+            if name in options.long and not equals:
+                value, index = (words[index] if index < len(words) else ""), index + 1
+            if name == "--split-string":
+                prefix = _split(value)
+            continue
+        for position, letter in enumerate(word[1:], 1):
+            if letter in options.inspects:
+                return []  # it only reports on the command (command -v): nothing runs
+            if letter in options.short:
+                value = word[position + 1 :]
+                if not value:
+                    value, index = (words[index] if index < len(words) else ""), index + 1
+                if letter == "S" and _name(words[0]) == "env":
+                    prefix = _split(value)
+                break
+    index += options.positionals
+    return [*prefix, *words[index:]]
+
+
+def _split(value: str) -> list[str]:
+    try:
+        return shlex.split(value)
+    except ValueError:
+        return value.split()
 
 
 def _name(word: str) -> str:

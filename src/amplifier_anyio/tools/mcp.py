@@ -17,9 +17,15 @@ connection.
 - Each MCP tool becomes one of our tools, named by ``prefix`` (default ``{server}__``)
   plus the MCP name, with the server's description and input schema. ``include`` /
   ``exclude`` (globs on the MCP names) choose which tools mount.
+- The client speaks protocol ``2026-07-28`` (no initialize handshake: ``server/discover``)
+  where the server does, an older revision otherwise (``mode: legacy`` forces the
+  handshake).
 - A call runs under the tool batch's limiter and ``tool_timeout``; ``timeout`` (per server)
   bounds one request and fails that call alone. A cancelled call is abandoned: the SDK
   tells the server (``notifications/cancelled``) and the connection stays usable.
+- The tasks extension (`amplifier_anyio.mcp_tasks`): a server may answer a long call with
+  a task; the call then polls ``tasks/get`` until the task ends, ``timeout`` bounds the
+  whole wait, and a cancelled or timed-out call sends ``tasks/cancel``.
 - ``is_error`` results become error results; text, image, audio and resource blocks and
   ``structured_content`` are kept (see `result_of`).
 - An MCP tool claims nothing (its calls run in parallel with any other), unless the
@@ -65,6 +71,7 @@ from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, MCPServerError, describe
 from ..events import PROMPT_SUBMIT
 from ..interfaces import Claims
+from ..mcp_tasks import TasksClient
 from ..models import ToolResult
 
 __all__ = (
@@ -613,6 +620,7 @@ class MCPConnection:
             mode=self.config.mode,
             message_handler=self._on_message,
             cache=None,
+            extensions=[TasksClient()],  # a 2026-07-28 server may answer a call with a task
         )
 
     async def _on_message(self, message: Any) -> None:

@@ -1,0 +1,164 @@
+"""The session store's files beside a transcript; every function here runs in a worker thread.
+
+- ``<stem>.lock``: the one-writer lock (DESIGN §15). A writing context holds an exclusive
+  ``flock`` on it for as long as it is open and writes its pid into it, so a second writer
+  (another process, or another context object of this process: ``flock`` locks belong to
+  an open file, not to a process) is refused with `SessionError` naming the
+  holder. The operating system drops the lock when its holder dies, whatever way (a
+  SIGKILL too); the file itself stays (removing it would race with the next writer).
+- ``<stem>.decisions.jsonl``: approvals decided from outside a running session (``sessions
+  approve``). Deciders only ever append one whole write of whole lines, fsynced, holding an
+  exclusive ``flock`` on the file; the writer reads it under the same lock, records what it
+  takes in its journal, and empties the file only when nothing was appended meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import SessionError
+from . import _journal, _jsonl
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX (Windows)
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = (
+    "lock_path_for",
+    "decisions_path_for",
+    "acquire_writer",
+    "release_writer",
+    "append_decisions",
+    "read_decisions",
+    "drop_decisions",
+)
+
+
+def lock_path_for(path: Path) -> Path:
+    """The writer lock beside a messages file: ``<stem>.lock``."""
+    return path.with_name(f"{path.stem}.lock")
+
+
+def decisions_path_for(path: Path) -> Path:
+    """The outside decisions beside a messages file: ``<stem>.decisions.jsonl``."""
+    return path.with_name(f"{path.stem}.decisions.jsonl")
+
+
+def _no_fcntl(what: str) -> SessionError:
+    return SessionError(
+        f"{what}: this operating system has no fcntl file locks, which context-persistent "
+        "needs to keep one writer per session file (open it with read_only=True to read it)"
+    )
+
+
+def acquire_writer(transcript: Path) -> int:
+    """Take the writer lock of ``transcript``; the descriptor that holds it.
+
+    Raises `SessionError` naming the holder's pid when another writer has it.
+    """
+    if fcntl is None:  # pragma: no cover - not POSIX
+        raise _no_fcntl(str(transcript))
+    lock = lock_path_for(transcript)
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise _jsonl.ContextFileError(lock, None, f"cannot open: {_reason(exc)}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(fd)
+        os.close(fd)
+        raise SessionError(
+            f"{transcript} is open for writing by another context ({holder}); one writer "
+            "per session file — close that one first, or open this one with read_only=True"
+        ) from None
+    except OSError as exc:
+        os.close(fd)
+        raise _jsonl.ContextFileError(lock, None, f"cannot lock: {_reason(exc)}") from exc
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:  # the lock is held all the same; only its holder goes unnamed
+        pass
+    return fd
+
+
+def _holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+    except OSError:
+        text = ""
+    if not text.isdigit():
+        return "pid unknown"
+    mine = " — this process" if int(text) == os.getpid() else ""
+    return f"pid {text}{mine}"
+
+
+def release_writer(fd: int) -> None:
+    """Let the writer lock go (closing its descriptor drops the ``flock``)."""
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _locked(path: Path, flags: int) -> Iterator[int]:
+    """``path`` opened with ``flags`` and held under an exclusive ``flock``."""
+    if fcntl is None:  # pragma: no cover - not POSIX
+        raise _no_fcntl(str(path))
+    fd = os.open(path, flags, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def append_decisions(path: Path, records: list[dict[str, Any]]) -> None:
+    """Append decision records to the decisions file: one write, fsynced, all or nothing."""
+    data = b"".join(_jsonl.encode(record) for record in records)
+    try:
+        created = not path.exists()
+        with _locked(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as fd:
+            _jsonl.append_fd(path, fd, data)
+    except OSError as exc:
+        raise _jsonl.ContextFileError(path, None, f"cannot append: {_reason(exc)}") from exc
+    if created:
+        _jsonl.fsync_dir(path.parent)
+
+
+def read_decisions(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The decision records of the file (torn lines skipped) and the bytes read."""
+    try:
+        with _locked(path, os.O_RDONLY) as fd:
+            data = _read_all(fd)
+    except FileNotFoundError:
+        return [], 0
+    except OSError as exc:
+        raise _jsonl.ContextFileError(path, None, f"cannot read: {_reason(exc)}") from exc
+    return _journal.read_records(data), len(data)
+
+
+def drop_decisions(path: Path, size: int) -> None:
+    """Empty the decisions file, unless it grew past ``size`` bytes (a decision appended
+    since it was read stays for the next read)."""
+    with contextlib.suppress(FileNotFoundError), _locked(path, os.O_RDWR) as fd:
+        if os.fstat(fd).st_size == size:
+            os.ftruncate(fd, 0)
+            os.fsync(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)

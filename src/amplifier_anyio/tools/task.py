@@ -1,0 +1,298 @@
+"""tool-task: delegate a job to a sub-agent of the plan (DESIGN §14, ``docs/agents.md``).
+
+Input ``{agent, instruction}`` starts a child session of that agent; ``{session_id,
+instruction}`` continues one (the id a previous call returned). The result is
+``{response, session_id}`` (plus ``status`` when the child's turn did not succeed). The
+tool's description lists the plan's agents, so the model knows whom it may ask.
+
+The child runs inside this tool call's task, under the calling turn: parallel task calls
+run their children concurrently; any cancel of the parent reaches them at once; a child
+cannot outlast the parent's deadline or spend past its budget. Delegating deeper than
+``session.max_agent_depth`` — an agent that delegates to itself, say — is this call's
+error result, never a hang.
+
+``inherit_context`` (``none``, the default; ``recent``; ``all``) gives the child the
+parent's conversation so far as plain user / assistant text: ``recent`` the last
+``inherit_context_turns`` (default 5) user turns. Config (upstream's keys):
+``exclude_tools`` / ``inherit_tools`` and ``exclude_hooks`` / ``inherit_hooks`` filter
+what the children inherit (the agent's own entries always stay).
+
+Events on the parent's hooks: ``task:agent_spawned`` ``{agent, sub_session_id,
+parent_session_id, tool_call_id}`` (``task:agent_resumed`` ``{session_id, ...}`` when
+continuing), then exactly one ``task:agent_completed`` ``{agent, sub_session_id,
+parent_session_id, success, status, turn_count, usage, cost_usd, error}`` however the
+child ended.
+The session needs ``session.spawn`` / ``session.resume`` — an opened session whose plan has
+agents registers them.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+
+from ..config_schema import ConfigSchema, Setting
+from ..errors import ConfigError
+from ..events import TASK_AGENT_COMPLETED, TASK_AGENT_RESUMED, TASK_AGENT_SPAWNED
+from ..kernel._tracing import current_tool_call
+from ..models import ToolResult
+
+__all__ = ("TaskTool", "mount", "CONFIG_SCHEMA", "recent_turns")
+
+logger = logging.getLogger(__name__)
+
+_INHERIT = ("none", "recent", "all")
+_EVENT_TIMEOUT = 5.0  # seconds the shielded task:agent_completed of a cancelled call may take
+_OK = ("success", "incomplete")
+_POLICIES = ("exclude_tools", "inherit_tools", "exclude_hooks", "inherit_hooks")
+
+_DESCRIPTION = """Delegate a task to a specialised agent, which works on it on its own and \
+answers once with its result.
+
+Give `agent` (one of the agents below) and a complete `instruction`: the agent knows \
+nothing of this conversation unless `inherit_context` is "recent" or "all". Several task \
+calls in one reply run their agents in parallel. To follow up with the same agent, pass \
+the `session_id` its answer gave, with a new `instruction`.
+
+Available agents:
+"""
+
+
+def recent_turns(messages: list[dict[str, Any]], turns: int) -> list[dict[str, Any]]:
+    """The messages of the last ``turns`` user turns (a turn starts at a user message)."""
+    if turns <= 0:
+        return []
+    starts = [i for i, message in enumerate(messages) if message.get("role") == "user"]
+    if len(starts) <= turns:
+        return list(messages)
+    return list(messages[starts[-turns] :])
+
+
+class TaskTool:
+    """The ``task`` tool: spawn or resume a sub-agent session and return its answer."""
+
+    name = "task"
+
+    def __init__(self, coordinator: Any, config: Mapping[str, Any] | None = None) -> None:
+        self.coordinator = coordinator
+        config = dict(config or {})
+        self.tool_inheritance = _policy(config, "tools")
+        self.hook_inheritance = _policy(config, "hooks")
+
+    @property
+    def description(self) -> str:
+        """What the tool does and which agents there are (read when a request is built)."""
+        agents = self._agents()
+        if not agents:
+            return "Delegate a task to a sub-agent. No agents are configured: do not call it."
+        listed = "\n".join(
+            f"- {name}: {agent.get('description') or 'No description'}"
+            for name, agent in sorted(agents.items())
+        )
+        return _DESCRIPTION + listed
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """``agent``, ``instruction``, ``session_id``, ``inherit_context``(_turns)."""
+        agent: dict[str, Any] = {
+            "type": "string",
+            "description": "The agent to start (see the list in the description).",
+        }
+        if self._agents():
+            agent["enum"] = sorted(self._agents())
+        return {
+            "type": "object",
+            "properties": {
+                "agent": agent,
+                "instruction": {"type": "string", "description": "The task, complete."},
+                "session_id": {
+                    "type": "string",
+                    "description": "Continue this agent session (from an earlier answer).",
+                },
+                "inherit_context": {
+                    "type": "string",
+                    "enum": list(_INHERIT),
+                    "description": "Pass this conversation on: none (default), recent, all.",
+                },
+                "inherit_context_turns": {
+                    "type": "integer",
+                    "description": "User turns passed with inherit_context=recent (default 5).",
+                },
+            },
+            "required": ["instruction"],
+        }
+
+    def _agents(self) -> dict[str, Any]:
+        agents = self.coordinator.config.get("agents")
+        return dict(agents) if isinstance(agents, Mapping) else {}
+
+    async def execute(self, input: dict[str, Any]) -> ToolResult:
+        """Spawn (``agent``) or resume (``session_id``) a child and wait for its answer."""
+        agent = str(input.get("agent") or "").strip()
+        instruction = str(input.get("instruction") or "").strip()
+        session_id = str(input.get("session_id") or "").strip()
+        if not instruction:
+            await anyio.lowlevel.checkpoint()
+            return _failure("instruction: required, and not empty")
+        if session_id:
+            return await self._delegate(None, instruction, session_id, {})
+        if not agent:
+            await anyio.lowlevel.checkpoint()
+            return _failure("agent: required to start a sub-agent (or session_id to resume one)")
+        if agent not in self._agents():
+            await anyio.lowlevel.checkpoint()
+            known = ", ".join(sorted(self._agents())) or "none"
+            return _failure(f"Agent '{agent}' not found (agents: {known})")
+        inherit = input.get("inherit_context") or "none"
+        if inherit not in _INHERIT:
+            await anyio.lowlevel.checkpoint()
+            return _failure(f"inherit_context: expected one of {', '.join(_INHERIT)}")
+        turns = input.get("inherit_context_turns", 5)
+        if isinstance(turns, bool) or not isinstance(turns, int) or turns < 0:
+            await anyio.lowlevel.checkpoint()
+            return _failure("inherit_context_turns: expected an integer >= 0")
+        messages = await self._parent_messages(inherit, turns)
+        return await self._delegate(agent, instruction, None, {"parent_messages": messages})
+
+    async def _new_id(self, agent: str) -> str:
+        """The new child's id: the session's (``session.new_child_id``: the same ids on a
+        cassette's replay), else upstream's random ``{parent}-{span}_{agent}``."""
+        make = self.coordinator.get_capability("session.new_child_id")
+        if make is not None:
+            child_id: str = await make(agent_name=agent)
+            return child_id
+        await anyio.lowlevel.checkpoint()
+        return f"{self.coordinator.session_id}-{uuid.uuid4().hex[:16]}_{agent}"
+
+    async def _parent_messages(self, inherit: str, turns: int) -> list[dict[str, Any]] | None:
+        if inherit == "none":
+            await anyio.lowlevel.checkpoint()
+            return None
+        context = self.coordinator.get("context")
+        messages: list[dict[str, Any]] = list(await context.get_messages()) if context else []
+        return messages if inherit == "all" else recent_turns(messages, turns)
+
+    async def _delegate(
+        self, agent: str | None, instruction: str, resume_id: str | None, extra: dict[str, Any]
+    ) -> ToolResult:
+        coordinator = self.coordinator
+        parent_id = coordinator.session_id
+        capability = "session.resume" if resume_id else "session.spawn"
+        run = coordinator.get_capability(capability)
+        if run is None:
+            await anyio.lowlevel.checkpoint()
+            return _failure(f"{capability} is not available: the plan has no agents")
+        child_id = resume_id or await self._new_id(str(agent))
+        call = current_tool_call()
+        started: dict[str, Any] = {
+            "agent": agent,
+            "sub_session_id": child_id,
+            "parent_session_id": parent_id,
+            "tool_call_id": call.tool_call_id if call is not None else None,
+        }
+        hooks = coordinator.hooks
+        if resume_id:
+            await hooks.emit(TASK_AGENT_RESUMED, {**started, "session_id": child_id})
+        else:
+            await hooks.emit(TASK_AGENT_SPAWNED, started)
+        ended: dict[str, Any] = {**started, "success": False, "status": "cancelled"}
+        try:
+            if resume_id:
+                answer = await run(sub_session_id=resume_id, instruction=instruction)
+            else:
+                answer = await run(
+                    agent_name=agent,
+                    instruction=instruction,
+                    parent_session=coordinator.session,
+                    agent_configs=self._agents(),
+                    sub_session_id=child_id,
+                    tool_inheritance=self.tool_inheritance,
+                    hook_inheritance=self.hook_inheritance,
+                    **extra,
+                )
+        except Exception as exc:  # noqa: BLE001 - a failed delegation is this call's error
+            message = f"Delegation failed: {exc}"
+            ended.update(status="error", error=message)
+            await hooks.emit(TASK_AGENT_COMPLETED, ended)
+            return _failure(message)
+        except BaseException:
+            # cancelled (or stopping): the pair of events still closes, bounded
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_EVENT_TIMEOUT):
+                await hooks.emit(TASK_AGENT_COMPLETED, ended)
+            raise
+        status = str(answer.get("status", "success"))
+        ended.update(
+            agent=agent or _agent_in(child_id),
+            success=status in _OK,
+            status=status,
+            turn_count=answer.get("turn_count"),
+            usage=answer.get("usage"),
+            cost_usd=answer.get("cost_usd"),
+            finish_reason=answer.get("finish_reason"),
+        )
+        await hooks.emit(TASK_AGENT_COMPLETED, ended)
+        output: dict[str, Any] = {
+            "response": answer.get("output", ""),
+            "session_id": answer.get("session_id", child_id),
+        }
+        if status != "success":
+            output["status"] = status
+        if status in _OK:
+            return ToolResult(output=output)
+        return ToolResult(
+            success=False,
+            output=output,
+            error={"message": f"the agent's turn ended {status}", "type": "DelegationError"},
+        )
+
+
+def _agent_in(child_id: str) -> str:
+    return child_id.rpartition("_")[2]
+
+
+def _failure(message: str) -> ToolResult:
+    return ToolResult(success=False, error={"message": message, "type": "DelegationError"})
+
+
+def _policy(config: Mapping[str, Any], section: str) -> dict[str, list[str]]:
+    exclude, inherit = config.get(f"exclude_{section}"), config.get(f"inherit_{section}")
+    if exclude is not None and inherit is not None:
+        msg = f"tool-task: exclude_{section} and inherit_{section} exclude each other"
+        raise ConfigError(msg)
+    for key, value in ((f"exclude_{section}", exclude), (f"inherit_{section}", inherit)):
+        if value is not None and (
+            not isinstance(value, list) or not all(isinstance(v, str) for v in value)
+        ):
+            raise ConfigError(f"tool-task.{key}: expected a list of module ids, got {value!r}")
+    if exclude:
+        return {f"exclude_{section}": list(exclude)}
+    if inherit is not None:
+        return {f"inherit_{section}": list(inherit)}
+    return {}
+
+
+async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> None:
+    """Mount the ``task`` tool and declare its events (``observability.events``)."""
+    tool = TaskTool(coordinator, config)
+    declared = list(coordinator.get_capability("observability.events") or ())
+    for event in (TASK_AGENT_SPAWNED, TASK_AGENT_RESUMED, TASK_AGENT_COMPLETED):
+        if event not in declared:
+            declared.append(event)
+    coordinator.register_capability("observability.events", declared)
+    await coordinator.mount("tools", tool, name=tool.name)
+
+
+CONFIG_SCHEMA = ConfigSchema(
+    "tool-task",
+    {
+        **{key: Setting((list,), "module ids children inherit or not") for key in _POLICIES},
+        "max_recursion_depth": Setting(
+            (int,), "upstream's key; the depth limit is session.max_agent_depth"
+        ),
+    },
+)
+"""The keys tool-task accepts (upstream's)."""
