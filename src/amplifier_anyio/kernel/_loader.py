@@ -18,8 +18,10 @@ The loader keeps one index of the group, valid while ``sys.path`` and the modifi
 time of each of its entries (what ``importlib.metadata``'s own cache is keyed on) and
 ``sys.meta_path`` stay the same: installing or removing a distribution changes its
 directory, so the next load scans again. An entry point whose module is imported already
-is loaded on the event loop (no file is read: a few ``stat`` calls, as any ``import``
-makes); anything else still goes to a worker thread.
+is loaded on the event loop (no file is read) after one check of the paths per loader (a
+``stat`` of each ``sys.path`` entry; a session has one loader, so a session opening finds
+its imported modules with one check); anything else still goes to a worker thread, whose
+look-up checks the paths again.
 [`ModuleLoader.refresh`][amplifier_anyio.ModuleLoader.refresh] drops the index for the
 changes that leave those unchanged (an ``entry_points.txt`` edited in place).
 """
@@ -97,6 +99,7 @@ class ModuleLoader:
         self._cache: dict[tuple[str, str | None], Mount] = {}
         self._origins: dict[tuple[str, str | None], str] = {}
         self._warnings: dict[tuple[str, str | None], list[str]] = {}
+        self._fresh: _Index | None = None  # the index this loader found up to date
 
     def origin_of(self, module_id: str, source_hint: str | None = None) -> str | None:
         """Where the module loaded for ``(module_id, source_hint)`` came from, once found:
@@ -170,8 +173,14 @@ class ModuleLoader:
         if coordinator is not None and coordinator.get("module-source-resolver") is not None:
             return None
         index = _index
-        if index is None or index.state != _path_state():
+        if index is None:
             return None
+        if index is not self._fresh:
+            # The paths are checked once per loader (a session opens with one): a stat of
+            # every sys.path entry is most of what finding an imported module costs.
+            if index.state != _path_state():
+                return None
+            self._fresh = index
         entry = index.by_name.get(module_id)
         if entry is None or not _imported(entry.entry_point.module):
             return None
