@@ -512,6 +512,34 @@ async def test_a_distribution_installed_later_is_found_without_a_refresh(
     assert scans.calls == scanned + 1
 
 
+async def test_one_loader_sees_a_distribution_installed_after_its_first_load(
+    sandbox: Sandbox, scans: CountingScans
+) -> None:
+    # A loader checks the index's paths once (a session opening), then trusts it for the
+    # modules it names: a name it does not know still makes it look again.
+    loader = ModuleLoader()
+    site = sandbox.add_entry_point(f"ep_{sandbox.tag}:mount")
+    sandbox.write_package(site, "first", name=f"ep_{sandbox.tag}")
+    await loader.load(sandbox.module_id)
+    await loader.load("tool-demo")
+    later = f"later-{sandbox.tag}"
+    dist_info = site / f"amp_late_{sandbox.tag}-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: amp-late-{sandbox.tag}\nVersion: 1.0\n", encoding="utf-8"
+    )
+    (dist_info / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\n{later} = ep_{sandbox.tag}:mount\n", encoding="utf-8"
+    )
+
+    mount = await loader.load(later)
+
+    assert await mount(None) == ("first", {})
+    assert loader.origin_of(later) == (
+        f"entry point {later!r} = ep_{sandbox.tag}:mount (amp-late-{sandbox.tag} 1.0)"
+    )
+
+
 async def test_refresh_reads_the_distributions_again(scans: CountingScans) -> None:
     await ModuleLoader().load("tool-demo")
     await ModuleLoader().load("tool-demo")
