@@ -63,6 +63,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=slow)
         items[:] = keep
     config.stash[DESELECTED] = len(slow)
+    if hasattr(config, "workeroutput"):  # an xdist worker: its controller prints the summary
+        config.workeroutput["deselected"] = len(slow)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """Under xdist (``-n auto``) every worker collects and deselects the same tests."""
+    output = getattr(node, "workeroutput", {})
+    config = getattr(node, "config", None)
+    if config is not None and "deselected" in output:
+        config.stash[DESELECTED] = output["deselected"]
 
 
 def pytest_terminal_summary(

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from _cli import console_script
 from amplifier_anyio import __version__
 
 MISSING_ID_PLAN = """\
@@ -115,14 +114,6 @@ COMMANDS = {
 }
 
 
-def _script() -> str:
-    beside = Path(sys.executable).parent / "amplifier-anyio"
-    found = str(beside) if beside.exists() else shutil.which("amplifier-anyio")
-    if found is None:
-        pytest.fail("the amplifier-anyio console script is not installed")
-    return found
-
-
 @pytest.fixture(scope="module")
 def runs(
     tmp_path_factory: pytest.TempPathFactory,
@@ -133,7 +124,7 @@ def runs(
         (cwd / name).parent.mkdir(parents=True, exist_ok=True)
         data = content if isinstance(content, bytes) else content.encode()
         (cwd / name).write_bytes(data)
-    script = _script()
+    script = console_script()
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
 
     def run(args: list[str]) -> subprocess.CompletedProcess[str]:
@@ -384,7 +375,7 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path: Path, backend: str, mome
     plan = interrupt_plan(tmp_path, moment)
     # Wide enough that no event line wraps: every line of stderr is an event or the CLI's.
     env = {**os.environ, "COLUMNS": "1000"}
-    args = [_script(), "run", "--backend", backend, "--plan", str(plan)]
+    args = [console_script(), "run", "--backend", backend, "--plan", str(plan)]
     args += ["--events", "count my words"] if moment == "turn" else ["count my words"]
     process = subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from _cli import console_script
 from amplifier_anyio.cli import app
 from amplifier_anyio.cli.chat import transcript_markdown
 from amplifier_anyio.cli.sessions import list_sessions
@@ -63,14 +62,6 @@ async def mount(coordinator, config):
 """
 
 
-def script() -> str:
-    beside = Path(sys.executable).parent / "amplifier-anyio"
-    found = str(beside) if beside.exists() else shutil.which("amplifier-anyio")
-    if found is None:
-        pytest.fail("the amplifier-anyio console script is not installed")
-    return found
-
-
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     work = tmp_path / "project"
@@ -86,7 +77,7 @@ def environment(home: Path) -> dict[str, str]:
 
 def spawn(home: Path, *args: str) -> Any:
     return pexpect.spawn(
-        script(),
+        console_script(),
         list(args),
         cwd=str(home / "project"),
         env=environment(home),
@@ -113,7 +104,7 @@ def session_id_of(child: Any) -> str:
 
 def stored(home: Path, session_id: str) -> list[dict[str, Any]]:
     done = subprocess.run(
-        [script(), "sessions", "show", "--json", session_id],
+        [console_script(), "sessions", "show", "--json", session_id],
         cwd=home / "project",
         env=environment(home),
         capture_output=True,

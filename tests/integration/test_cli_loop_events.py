@@ -3,14 +3,13 @@ run by the installed ``amplifier-anyio run --plan`` in a subprocess, on both bac
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
+
+from _cli import console_script
 
 PLAN = """\
 session:
@@ -42,21 +41,13 @@ COMMANDS = {
 }
 
 
-def _script() -> str:
-    beside = Path(sys.executable).parent / "amplifier-anyio"
-    found = str(beside) if beside.exists() else shutil.which("amplifier-anyio")
-    if found is None:
-        pytest.fail("the amplifier-anyio console script is not installed")
-    return found
-
-
 @pytest.fixture(scope="module")
 def runs(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Mapping[str, subprocess.CompletedProcess[str]]:
     cwd = tmp_path_factory.mktemp("loop-events")
     (cwd / "plan.yaml").write_text(PLAN)
-    script = _script()
+    script = console_script()
 
     def run(args: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from _cli import console_script
 
 ANSWER = "Hello from the API root."
 EVENTS = ("--events-jsonl", "events.jsonl")
@@ -91,14 +91,6 @@ def closed_port() -> int:
     return port
 
 
-def script() -> str:
-    beside = Path(sys.executable).parent / "amplifier-anyio"
-    found = str(beside) if beside.exists() else shutil.which("amplifier-anyio")
-    if found is None:
-        pytest.fail("the amplifier-anyio console script is not installed")
-    return found
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("provider-errors")
@@ -131,7 +123,7 @@ def runs(
 
     def run(args: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [script(), *args],
+            [console_script(), *args],
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,

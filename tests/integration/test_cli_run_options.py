@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +22,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
+from _cli import console_script
 from amplifier_anyio.cli import app
 
 SERVER_ANSWER = "Bonjour from the local server."
@@ -86,14 +85,6 @@ def server() -> Iterator[ThreadingHTTPServer]:
         httpd.shutdown()
         httpd.server_close()
         thread.join(timeout=10)
-
-
-def script() -> str:
-    beside = Path(sys.executable).parent / "amplifier-anyio"
-    found = str(beside) if beside.exists() else shutil.which("amplifier-anyio")
-    if found is None:
-        pytest.fail("the amplifier-anyio console script is not installed")
-    return found
 
 
 BASH_PLAN = """\
@@ -166,7 +157,7 @@ def run_cli(
     cwd: Path, args: list[str], stdin: str | None = None, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [script(), *args],
+        [console_script(), *args],
         cwd=cwd,
         env={**base_env(), **(env or {})},
         input=stdin,

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner, Result
 
+from _cli import console_script
 from amplifier_anyio.cli import app
 from amplifier_anyio.contexts import _store
 from amplifier_anyio.contexts.persistent import amplifier_home, default_path
@@ -64,14 +63,6 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def invoke(*args: str) -> Result:
     return CliRunner().invoke(app, list(args))
-
-
-def script() -> str:
-    beside = Path(sys.executable).parent / "amplifier-anyio"
-    found = str(beside) if beside.exists() else shutil.which("amplifier-anyio")
-    if found is None:
-        pytest.fail("the amplifier-anyio console script is not installed")
-    return found
 
 
 def test_amplifier_home_moves_the_transcripts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -192,7 +183,7 @@ def test_rm_without_a_terminal_or_yes_refuses_and_deletes_nothing(project: Path)
 def test_rm_on_a_terminal_asks_first(project: Path, answer: str, kept: bool) -> None:
     directory = default_path(IDS["older"], project).parent
     child = pexpect.spawn(
-        script(),
+        console_script(),
         ["sessions", "rm", IDS["older"][:8]],
         cwd=str(project),
         env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},

@@ -6,25 +6,16 @@ in a subprocess (``run --plan docs/<plan> <prompt>``), from an empty working dir
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from _cli import console_script
 from amplifier_anyio.kernel import MountPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANS = sorted((ROOT / "docs").glob("*.yaml"))
-
-
-def _script() -> str:
-    beside = Path(sys.executable).parent / "amplifier-anyio"
-    found = str(beside) if beside.exists() else shutil.which("amplifier-anyio")
-    if found is None:
-        pytest.fail("the amplifier-anyio console script is not installed")
-    return found
 
 
 def test_the_docs_have_the_lifecycle_demo_plan() -> None:
@@ -36,7 +27,7 @@ def test_the_docs_have_the_lifecycle_demo_plan() -> None:
 def test_a_docs_plan_runs_offline(plan: Path, backend: str, tmp_path: Path) -> None:
     MountPlan.from_file(plan)  # a valid plan, whatever the run says
     done = subprocess.run(
-        [_script(), "run", "--backend", backend, "--events", "--plan", str(plan), "look"],
+        [console_script(), "run", "--backend", backend, "--events", "--plan", str(plan), "look"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -33,20 +33,14 @@ prompt of its own (a fresh uuid) and its rules count turns from 1.
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from _servers import start_fakellm
 from amplifier_anyio import AmplifierSession, TurnStatus
 from amplifier_anyio.events import PROVIDER_FAILOVER, PROVIDER_RESPONSE, PROVIDER_RETRY, TOOL_PRE
 from amplifier_anyio.models import ToolResult
@@ -102,56 +96,14 @@ rules:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def fakellm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``http://127.0.0.1:<port>`` of a fakellm server run as a subprocess for this module."""
-    home = tmp_path_factory.mktemp("fakellm")
-    config = home / "fakellm.yaml"
-    config.write_text(RULES)
-    port = free_port()
-    log = (home / "server.log").open("wb")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "fakellm.cli", "serve", "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--config", str(config)]
-    process = subprocess.Popen(
-        command,
-        cwd=home,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
+    server = start_fakellm(tmp_path_factory.mktemp("fakellm"), RULES)
     try:
-        deadline = time.monotonic() + 30
-        while not accepts(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                output = Path(log.name).read_text(errors="replace")[-2000:]
-                pytest.skip(f"this machine cannot start fakellm on 127.0.0.1:{port}: {output}")
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
+        yield server.url
     finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-        log.close()
+        server.stop()
 
 
 class Tool:

@@ -11,12 +11,6 @@ own server between recording and replaying, as a CI run has no server.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from _servers import ServerProcess, accepts, free_port, start_fakellm
 from amplifier_anyio import AmplifierSession, TurnStatus
 from amplifier_anyio.events import CONTENT_BLOCK_DELTA, TOOL_PRE
 from amplifier_anyio.models import ChatRequest, Message, ToolResult
@@ -62,53 +57,8 @@ rules:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-class Server:
-    """A fakellm subprocess on 127.0.0.1."""
-
-    def __init__(self, home: Path) -> None:
-        config = home / "fakellm.yaml"
-        config.write_text(RULES)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = (home / "server.log").open("wb")
-        command = [sys.executable, "-m", "fakellm.cli", "serve", "--host", "127.0.0.1"]
-        command += ["--port", str(self.port), "--config", str(config)]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(
-            command, cwd=home, stdout=self.log, stderr=subprocess.STDOUT, env=env
-        )
-        deadline = time.monotonic() + 30
-        while not accepts(self.port):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                output = Path(self.log.name).read_text(errors="replace")[-2000:]
-                pytest.skip(f"this machine cannot start fakellm: {output}")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
-        self.log.close()
+def Server(home: Path) -> ServerProcess:
+    return start_fakellm(home, RULES)
 
 
 @pytest.fixture(scope="module")

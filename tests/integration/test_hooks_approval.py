@@ -12,7 +12,6 @@ import os
 import pty
 import select
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
+from _cli import console_script
 from amplifier_anyio import AmplifierSession, ConfigError
 from amplifier_anyio.hooks.approval import (
     ALLOW_ALWAYS,
@@ -248,12 +248,6 @@ hooks:
 """
 
 
-def _script() -> str:
-    beside = Path(sys.executable).parent / "amplifier-anyio"
-    assert beside.exists(), "the amplifier-anyio console script is not installed"
-    return str(beside)
-
-
 class Terminal:
     """The CLI in a subprocess whose stdin, stdout and stderr are a pseudo-terminal."""
 
@@ -261,7 +255,7 @@ class Terminal:
         self.master, slave = pty.openpty()
         env = {**os.environ, "NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "200"}
         self.process = subprocess.Popen(
-            [_script(), *args], stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env
+            [console_script(), *args], stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env
         )
         os.close(slave)
         self.output = b""
@@ -359,7 +353,7 @@ def test_console_silence_takes_the_default(console: Any, backend: str) -> None:
 def test_without_a_terminal_approvals_fail_closed(tmp_path: Path) -> None:
     (tmp_path / "plan.yaml").write_text(CONSOLE_PLAN % 300)
     done = subprocess.run(
-        [_script(), "run", "--plan", "plan.yaml", "--events", "count"],
+        [console_script(), "run", "--plan", "plan.yaml", "--events", "count"],
         cwd=tmp_path,
         stdin=subprocess.DEVNULL,
         capture_output=True,

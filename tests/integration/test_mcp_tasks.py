@@ -12,10 +12,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -29,6 +25,7 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 
+from _servers import ServerProcess
 from amplifier_anyio import AmplifierSession, TurnStatus
 from amplifier_anyio.mcp_server import build_server
 from amplifier_anyio.mcp_tasks import (
@@ -176,35 +173,20 @@ async def test_a_failed_task_raises_its_error_and_protocol_errors_are_the_specs(
 # -- tool-mcp over streamable HTTP ------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+def mcp_server_command(port: int) -> list[str]:
+    return [sys.executable, SERVER, str(port)]
 
 
 @pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    port = free_port()
-    process = subprocess.Popen([sys.executable, SERVER, str(port)])
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    home = tmp_path_factory.mktemp("mcp-http")
+    server = ServerProcess(
+        lambda port: [sys.executable, SERVER, str(port)], home, what="the MCP server"
+    )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"{server.url}/mcp"
     finally:
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()
+        server.stop()
 
 
 def plan(url: str, replies: list[dict[str, Any]], tool_timeout: float = 10) -> dict[str, Any]:

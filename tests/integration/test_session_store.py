@@ -11,7 +11,6 @@ read-only open works; the lock goes with its holder, also when it is killed.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 import textwrap
@@ -22,6 +21,7 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from _cli import console_script
 from amplifier_anyio import AmplifierSession, SessionError
 from amplifier_anyio.contexts import PersistentContextManager, pending_approvals
 from amplifier_anyio.contexts._messages import calls, result_ids
@@ -35,14 +35,6 @@ pytestmark = [
 ]
 
 TIMEOUT = 60  # seconds for a child process: generous on a loaded 2-core machine
-
-
-def script() -> str:
-    beside = Path(sys.executable).parent / "amplifier-anyio"
-    found = str(beside) if beside.exists() else shutil.which("amplifier-anyio")
-    if found is None:
-        pytest.fail("the amplifier-anyio console script is not installed")
-    return found
 
 
 class Blocker:
@@ -101,7 +93,7 @@ async def test_sessions_show_on_a_session_mid_tool_writes_nothing(
 
             with anyio.fail_after(TIMEOUT):
                 shown = await anyio.run_process(
-                    [script(), "sessions", "show", session_id], check=False
+                    [console_script(), "sessions", "show", session_id], check=False
                 )
                 assert await pending_approvals(transcript) == []  # the API behind it
 

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from _cli import console_script
 from amplifier_anyio import AmplifierSession, TurnStatus
 from amplifier_anyio.errors import ConfigError
 from amplifier_anyio.tools.bash import CONFIG_SCHEMA, BashConfig, make_tool
@@ -29,14 +28,6 @@ pytestmark = pytest.mark.anyio
 
 GRANDCHILDREN = "echo $$ > {f}; sleep 1000 & echo $! >> {f}; sleep 1000 & echo $! >> {f}; wait"
 """The shell, two sleeping children, and a wait that never ends by itself."""
-
-
-def _script() -> str:
-    beside = Path(sys.executable).parent / "amplifier-anyio"
-    found = str(beside) if beside.exists() else shutil.which("amplifier-anyio")
-    if found is None:
-        pytest.fail("the amplifier-anyio console script is not installed")
-    return found
 
 
 def _state(pid: int) -> bytes | None:
@@ -200,7 +191,7 @@ def test_ctrl_c_to_the_cli_stops_the_whole_group(tmp_path: Path, backend: str) -
     command = json.dumps(GRANDCHILDREN.format(f=pid_file))
     plan = tmp_path / "plan.yaml"
     plan.write_text(CLI_PLAN.format(command=command, work=json.dumps(str(tmp_path))))
-    args = [_script(), "run", "--backend", backend, "--plan", str(plan), "go"]
+    args = [console_script(), "run", "--backend", backend, "--plan", str(plan), "go"]
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         pids = anyio.run(wait_for_pids, pid_file)

@@ -3,13 +3,16 @@ turn that owns a reached limit is the one told."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from amplifier_anyio import ConfigError, Usage
 from amplifier_anyio.kernel import Budget, BudgetMeter, TurnHandle
-from amplifier_anyio.kernel._budget import cost_of
+from amplifier_anyio.providers.pricing import PriceTable
 
 
 def usage(tokens: int) -> Usage:
@@ -82,11 +85,19 @@ def test_remaining_is_the_least_left_anywhere_above() -> None:
 
 
 def test_dollars_from_prices_per_million_tokens() -> None:
+    """A budget charges what ``Usage.cost_usd`` says: one price parser for both (cached
+    input at the cache price, not twice)."""
     spent = Usage(input_tokens=2_000_000, output_tokens=1_000_000, total_tokens=3_000_000)
-    assert cost_of(spent, {"input_per_mtok": 3, "output_per_mtok": 15}) == pytest.approx(21.0)
-    assert cost_of(spent, None) == 0.0
+    table = PriceTable.from_config({"input_per_mtok": 3, "output_per_mtok": 15})
+    assert table.priced(spent, None).cost_usd == Decimal(21)
+    cached = attrs.evolve(spent, cache_read_tokens=1_000_000)
+    priced = PriceTable.from_config(
+        {"input_per_mtok": 3, "output_per_mtok": 15, "cache_read_per_mtok": "0.3"}
+    )
+    assert priced.priced(cached, None).cost_usd == Decimal("18.3")
+    assert PriceTable.from_config(None).priced(spent, None) is spent
     with pytest.raises(ConfigError, match=r"pricing\.input_per_mtok"):
-        cost_of(spent, {"input_per_mtok": -1})
+        PriceTable.from_config({"input_per_mtok": -1, "output_per_mtok": 1})
 
 
 def test_a_child_handle_charges_its_parents_meter_and_exhaustion_cancels_the_parent() -> None:

@@ -245,7 +245,7 @@ class Forgetful(MockContextManager):
     ("context", "rule"),
     [
         (SharesItsList, "context.copies"),
-        (DropsToolResults, "context.request_view: with no budget: the tool calls"),
+        (DropsToolResults, "context.request_view: with no budget: the calls"),
         (Forgetful, "context.clear: messages remain after clear()"),
     ],
 )

@@ -339,13 +339,17 @@ async def test_a_thread_flipping_a_directory_and_a_symlink_never_lets_a_tool_out
     parked = work / "parked"
 
     def restore(n: int) -> None:
-        # write_file may have made a fresh "flip" (mkdir -p) while it was missing.
+        # write_file may have made a fresh "flip" (mkdir -p) while it was missing, and may
+        # make another between two attempts: each attempt moves it to a name of its own (a
+        # name used twice fails for good once the first one holds a file).
+        attempt = 0
         while parked.exists():
+            attempt += 1
             try:
                 if flip.is_symlink():
                     os.unlink(flip)
                 elif flip.exists():
-                    flip.rename(work / f"made-{n}")
+                    flip.rename(work / f"made-{n}-{attempt}")
                 parked.rename(flip)
             except OSError:
                 continue

@@ -36,13 +36,12 @@ import attrs
 from ..errors import ConfigError
 from ..models import Usage
 
-__all__ = ("Budget", "BudgetMeter", "BudgetStatistics", "BUDGET_FINISH_REASON", "cost_of")
+__all__ = ("Budget", "BudgetMeter", "BudgetStatistics", "BUDGET_FINISH_REASON")
 
 BUDGET_FINISH_REASON = "budget"
 """The ``finish_reason`` of a turn whose budget ran out (its status is ``incomplete``)."""
 
 _LIMITS = ("max_tokens", "max_cost_usd", "max_tool_calls")
-_PRICES = ("input_per_mtok", "output_per_mtok", "cache_read_per_mtok", "cache_write_per_mtok")
 
 
 def _limit(
@@ -94,29 +93,6 @@ class Budget:
     def unlimited(self) -> bool:
         """No limit at all."""
         return self.max_tokens is None and self.max_cost_usd is None and self.max_tool_calls is None
-
-
-def cost_of(usage: Usage, pricing: Any) -> float:
-    """The dollars ``usage`` costs at ``pricing`` (``input_per_mtok``, ``output_per_mtok``
-    and, optionally, ``cache_read_per_mtok`` / ``cache_write_per_mtok``: dollars per
-    million tokens); 0.0 without prices. Raises ConfigError on a price that is not a
-    number >= 0."""
-    if not isinstance(pricing, Mapping):
-        return 0.0
-    prices: dict[str, float] = {}
-    for key in _PRICES:
-        value = pricing.get(key)
-        if value is None:
-            continue
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not math.isfinite(value) or value < 0:
-            raise ConfigError(f"pricing.{key}: expected a finite number >= 0, got {value!r}")
-        prices[key] = float(value)
-    dollars = usage.input_tokens * prices.get("input_per_mtok", 0.0)
-    dollars += usage.output_tokens * prices.get("output_per_mtok", 0.0)
-    dollars += (usage.cache_read_tokens or 0) * prices.get("cache_read_per_mtok", 0.0)
-    dollars += (usage.cache_write_tokens or 0) * prices.get("cache_write_per_mtok", 0.0)
-    return dollars / 1_000_000
 
 
 def _tokens(usage: Usage) -> int:

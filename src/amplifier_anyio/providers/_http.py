@@ -48,7 +48,7 @@ from ..errors import (
     StreamError,
 )
 from ..events import PROVIDER_RETRY
-from ..models import ToolCall
+from ..models import TextBlock, ToolCall, ToolResultBlock
 from ..models._messages import INVALID_ARGUMENTS_KEY
 from ._sse import LineSplitter, SSEDecoder, SSEEvent
 
@@ -63,6 +63,8 @@ __all__ = (
     "drain",
     "INVALID_ARGUMENTS_KEY",
     "decode_tool_arguments",
+    "encode_tool_arguments",
+    "tool_output_text",
     "invalid_tool_call",
     "TRUNCATING_FINISH_REASONS",
     "truncated_arguments",
@@ -401,6 +403,29 @@ def decode_tool_arguments(raw: Any) -> dict[str, Any]:
         reason = f"expected a JSON object, got {type(value).__name__}"
         return {INVALID_ARGUMENTS_KEY: {"raw": raw, "error": reason}}
     return value
+
+
+def encode_tool_arguments(arguments: dict[str, Any]) -> str:
+    """A call's arguments as JSON text to send back; for a call whose arguments could not
+    be decoded, the text the model produced (our marker is never sent)."""
+    marker = arguments.get(INVALID_ARGUMENTS_KEY)
+    if isinstance(marker, dict):
+        return str(marker.get("raw") or "")
+    return json.dumps(arguments)
+
+
+def tool_output_text(output: Any) -> str:
+    """A tool result's output as the text an OpenAI-style API takes: text blocks joined,
+    anything else as JSON (``None`` as nothing)."""
+    if isinstance(output, list) and all(isinstance(b, TextBlock | ToolResultBlock) for b in output):
+        return "".join(b.text if isinstance(b, TextBlock) else _as_text(b.output) for b in output)
+    return _as_text(output)
+
+
+def _as_text(output: Any) -> str:
+    if output is None:
+        return ""
+    return output if isinstance(output, str) else json.dumps(output, default=str)
 
 
 TRUNCATING_FINISH_REASONS: Final = frozenset({"length", "max_tokens"})

@@ -37,11 +37,12 @@ from ..models import (
 )
 from ._base import decode_stream_object, malformed_guard, text_field
 from ._http import (
-    INVALID_ARGUMENTS_KEY,
     TRUNCATING_FINISH_REASONS,
     decode_tool_arguments,
     drain,
+    encode_tool_arguments,
     error_from_payload,
+    tool_output_text,
     truncated_arguments,
 )
 from ._sse import SSEEvent
@@ -174,24 +175,12 @@ def _reasoning_item(block: ReasoningBlock, resend: bool) -> dict[str, Any] | Non
 
 
 def _function_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    marker = arguments.get(INVALID_ARGUMENTS_KEY)
-    # a call whose arguments could not be decoded goes back as the model wrote them
-    text = str(marker.get("raw") or "") if isinstance(marker, dict) else json.dumps(arguments)
+    text = encode_tool_arguments(arguments)
     return {"type": "function_call", "call_id": call_id, "name": name, "arguments": text}
 
 
 def _call_output(call_id: str, output: Any) -> dict[str, Any]:
-    if isinstance(output, list) and all(isinstance(b, TextBlock | ToolResultBlock) for b in output):
-        text = "".join(b.text if isinstance(b, TextBlock) else _as_text(b.output) for b in output)
-    else:
-        text = _as_text(output)
-    return {"type": "function_call_output", "call_id": call_id, "output": text}
-
-
-def _as_text(output: Any) -> str:
-    if output is None:
-        return ""
-    return output if isinstance(output, str) else json.dumps(output, default=str)
+    return {"type": "function_call_output", "call_id": call_id, "output": tool_output_text(output)}
 
 
 def responses_tool(tool: ToolSpec) -> dict[str, Any]:

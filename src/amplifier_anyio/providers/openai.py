@@ -17,7 +17,6 @@ server keep it. The wire mapping is in `amplifier_anyio.providers._responses`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -58,12 +57,13 @@ from ._base import (
     text_field,
 )
 from ._http import (
-    INVALID_ARGUMENTS_KEY,
     TRUNCATING_FINISH_REASONS,
     HookEmitter,
     decode_tool_arguments,
     drain,
+    encode_tool_arguments,
     error_from_payload,
+    tool_output_text,
     truncated_arguments,
 )
 from ._responses import (
@@ -513,36 +513,15 @@ def _wire_assistant(message: Message, tool_content: str | None) -> dict[str, Any
             {
                 "id": call.id,
                 "type": "function",
-                "function": {"name": call.name, "arguments": _wire_arguments(call.arguments)},
+                "function": {"name": call.name, "arguments": encode_tool_arguments(call.arguments)},
             }
             for call in calls
         ]
     return wire
 
 
-def _wire_arguments(arguments: dict[str, Any]) -> str:
-    """A call's arguments as JSON text; for a call whose arguments could not be decoded,
-    the text the model produced (our marker is never sent)."""
-    marker = arguments.get(INVALID_ARGUMENTS_KEY)
-    if isinstance(marker, dict):
-        return str(marker.get("raw") or "")
-    return json.dumps(arguments)
-
-
 def _wire_tool_result(tool_call_id: str, output: Any) -> dict[str, Any]:
-    if isinstance(output, list) and all(isinstance(b, TextBlock | ToolResultBlock) for b in output):
-        text = "".join(b.text if isinstance(b, TextBlock) else _as_text(b.output) for b in output)
-    else:
-        text = _as_text(output)
-    return {"role": "tool", "tool_call_id": tool_call_id, "content": text}
-
-
-def _as_text(output: Any) -> str:
-    if output is None:
-        return ""
-    if isinstance(output, str):
-        return output
-    return json.dumps(output, default=str)
+    return {"role": "tool", "tool_call_id": tool_call_id, "content": tool_output_text(output)}
 
 
 def _wire_tool(tool: ToolSpec) -> dict[str, Any]:

@@ -50,13 +50,14 @@ from ..events import (
     PROVIDER_RESPONSE,
     PROVIDER_TOOL_SEQUENCE_REPAIRED,
 )
-from ..kernel._budget import BUDGET_FINISH_REASON, cost_of
+from ..kernel._budget import BUDGET_FINISH_REASON
 from ..kernel._foreign import chat_response_of
 from ..kernel._handle import turn_scope
 from ..kernel._tracing import trace_scope
 from ..kernel._turns import PendingApproval, TurnResult, TurnStatus
 from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
 from ..models._validators import number
+from ..providers.pricing import PriceTable
 from ._prompt_cache import report_cache
 from ._race import PROVIDERS_POLICY, call_with_policy
 from ._requests import (
@@ -368,7 +369,7 @@ class Turn:
             raise
         if response.usage is not None:
             self.usage = self.usage + response.usage
-            self.handle.budget.charge_usage(response.usage, self._cost(response.usage))
+            self.handle.budget.charge_usage(response.usage, self._cost(request, response))
         if self.hooks.has_handlers(PROVIDER_CACHE):  # which part of the prompt prefix changed
             await report_cache(self, request, response, module=provider)
         self.finish_reason = response.finish_reason
@@ -388,13 +389,19 @@ class Turn:
         )
         return response
 
-    def _cost(self, usage: Usage) -> float:
-        """The dollars of ``usage``: the provider's own ``cost_usd`` (its ``pricing``
-        table, by model), else its plan entry's ``pricing`` (0 without)."""
-        if usage.cost_usd is not None:
-            return float(usage.cost_usd)
-        spec = self.coordinator.provider_specs.get(self.provider_name)
-        return cost_of(usage, spec.config.get("pricing")) if spec is not None else 0.0
+    def _cost(self, request: ChatRequest, response: ChatResponse) -> float:
+        """The dollars of a call: the provider's own ``cost_usd`` (its ``pricing`` table,
+        by model), else the price its plan entry's ``pricing`` gives (a provider that does
+        not price, an upstream one), by the same rules; 0 without a price."""
+        usage = response.usage
+        if usage is not None and usage.cost_usd is None:
+            spec = self.coordinator.provider_specs.get(self.provider_name)
+            table = PriceTable.from_config(spec.config.get("pricing") if spec else None)
+            answered = (response.metadata or {}).get("model")
+            usage = table.priced(
+                usage, request.model, answered if isinstance(answered, str) else None
+            )
+        return float(usage.cost_usd or 0) if usage is not None else 0.0
 
     async def _request(
         self, provider: Provider, *, with_tools: bool, reminder: bool

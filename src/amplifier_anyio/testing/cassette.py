@@ -582,18 +582,14 @@ def _write_line(file: IO[str], line: str) -> None:
 # -- wrappers -------------------------------------------------------------------------------
 
 
-class _CassetteProvider:
-    """A mounted provider behind a cassette; everything but the calls is the provider's."""
+class _Behind:
+    """A mounted module behind a cassette: everything but what it records is the module's."""
 
     def __init__(self, inner: Any, cassette: Cassette, lane: str, name: str) -> None:
         self._inner = inner
         self._cassette = cassette
         self._lane = lane
         self._name = name
-        opener = stream_opener(inner)
-        if opener is not None:  # only a provider that streams offers open_stream()
-            self._opener = opener
-            self.open_stream = self._stream
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -603,8 +599,19 @@ class _CassetteProvider:
 
     @property
     def name(self) -> str:
-        """The wrapped provider's name."""
+        """The wrapped module's name."""
         return str(getattr(self._inner, "name", self._name))
+
+
+class _CassetteProvider(_Behind):
+    """A mounted provider behind a cassette; its calls are recorded or replayed."""
+
+    def __init__(self, inner: Any, cassette: Cassette, lane: str, name: str) -> None:
+        super().__init__(inner, cassette, lane, name)
+        opener = stream_opener(inner)
+        if opener is not None:  # only a provider that streams offers open_stream()
+            self._opener = opener
+            self.open_stream = self._stream
 
     async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
         """Answer from the recording, or call the provider and record the call."""
@@ -704,25 +711,8 @@ async def _recording(
         yield _decode_event(encoded)
 
 
-class _CassetteTool:
+class _CassetteTool(_Behind):
     """A mounted tool behind a cassette (``tools: true``)."""
-
-    def __init__(self, inner: Any, cassette: Cassette, lane: str, name: str) -> None:
-        self._inner = inner
-        self._cassette = cassette
-        self._lane = lane
-        self._name = name
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def __repr__(self) -> str:
-        return f"<{self._inner!r} behind {self._cassette!r}>"
-
-    @property
-    def name(self) -> str:
-        """The wrapped tool's name."""
-        return str(getattr(self._inner, "name", self._name))
 
     async def execute(self, input: dict[str, Any]) -> ToolResult:
         """The recorded result (the tool is not run), or the tool's, recorded."""

@@ -388,16 +388,7 @@ def _check_view(view: Any, budget: int | None) -> None:
     _require(isinstance(view, list), "context.request_view", f"{where}: not a list: {view!r:.200}")
     systems = [m for m in view if m.get("role") == "system" and "terse" in str(m.get("content"))]
     _require(systems, "context.request_view", f"{where}: the system message was dropped")
-    for index, message in enumerate(view):
-        ids = [c.get("id") for c in message.get("tool_calls") or ()]
-        if message.get("role") != "assistant" or not ids:
-            continue
-        answers = [m.get("tool_call_id") for m in view[index + 1 : index + 1 + len(ids)]]
-        _require(
-            answers == ids,
-            "context.request_view",
-            f"{where}: the tool calls {ids} are answered by {answers}, not right after them",
-        )
+    _pairing(view, "context.request_view", f"{where}: ")
     answered = [m.get("tool_call_id") for m in view if m.get("role") == "tool"]
     called = {c.get("id") for m in view for c in (m.get("tool_calls") or ())}
     orphans = [i for i in answered if i not in called]
@@ -613,7 +604,8 @@ async def _one_turn(
     return answer, context.messages, recorder.names()
 
 
-def _pairing(messages: list[dict[str, Any]]) -> None:
+def _pairing(messages: list[dict[str, Any]], check: str, where: str = "") -> None:
+    """Every assistant message's tool calls are answered right after it, in call order."""
     for index, message in enumerate(messages):
         ids = [c.get("id") for c in message.get("tool_calls") or ()]
         if message.get("role") != "assistant" or not ids:
@@ -621,8 +613,8 @@ def _pairing(messages: list[dict[str, Any]]) -> None:
         answers = [m.get("tool_call_id") for m in messages[index + 1 : index + 1 + len(ids)]]
         _require(
             answers == ids,
-            "orchestrator.tool_pairing",
-            f"the calls {ids} are answered by {answers}, not right after them in call order",
+            check,
+            f"{where}the calls {ids} are answered by {answers}, not right after them in call order",
         )
     called = [str(c.get("id")) for m in messages for c in (m.get("tool_calls") or ())]
     answered = [str(m.get("tool_call_id")) for m in messages if m.get("role") == "tool"]
@@ -672,7 +664,7 @@ async def check_orchestrator(orchestrator: Any) -> None:
         f"execute returned {answer!r}, not the model's answer 'All probed.'",
     )
     _terminal(names)
-    _pairing(first)
+    _pairing(first, "orchestrator.tool_pairing")
     _, second, _ = await _one_turn(orchestrator, calls, _Probe({1: 0.0, 2: 0.02}))
     _require(
         _canonical(first) == _canonical(second),
@@ -690,7 +682,7 @@ async def check_orchestrator(orchestrator: Any) -> None:
         ) from exc
     _require(probe.running == 0, "orchestrator.no_leaks", "a tool was still running")
     _terminal(names)
-    _pairing(messages)
+    _pairing(messages, "orchestrator.tool_pairing")
     results = {m.get("tool_call_id"): m.get("content") for m in messages if m.get("role") == "tool"}
     _require(
         results.get("call_1") == "probe(1)" or any(v == "probe(1)" for v in results.values()),
