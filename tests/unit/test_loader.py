@@ -512,6 +512,22 @@ async def test_a_distribution_installed_later_is_found_without_a_refresh(
     assert scans.calls == scanned + 1
 
 
+async def test_a_directory_added_to_sys_path_is_read_without_a_refresh(
+    sandbox: Sandbox, scans: CountingScans
+) -> None:
+    await ModuleLoader().load("tool-demo")  # the index, before the directory is on sys.path
+    scanned = scans.calls
+    sandbox.write_package(sandbox.directory("code"), "first", name=f"ep_{sandbox.tag}")
+    sys.path.append(str(sandbox.root / "code"))
+
+    site = sandbox.add_entry_point(f"ep_{sandbox.tag}:mount")  # a new sys.path entry
+    mount = await ModuleLoader().load(sandbox.module_id)
+
+    assert await mount(None) == ("first", {})
+    assert scans.calls == scanned + 1
+    assert str(site) in sys.path
+
+
 async def test_one_loader_sees_a_distribution_installed_after_its_first_load(
     sandbox: Sandbox, scans: CountingScans
 ) -> None:
