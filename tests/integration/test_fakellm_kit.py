@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_fakellm import Tool
 
 from _servers import ServerProcess, accepts, free_port, start_fakellm
 from amplifier_anyio import AmplifierSession, TurnStatus
 from amplifier_anyio.events import CONTENT_BLOCK_DELTA, TOOL_PRE
-from amplifier_anyio.models import ChatRequest, Message, ToolResult
+from amplifier_anyio.models import ChatRequest, Message
 from amplifier_anyio.providers.anthropic import AnthropicProvider
 from amplifier_anyio.providers.openai import OpenAIChatProvider
 from amplifier_anyio.testing import EventRecorder
@@ -68,19 +69,6 @@ def fakellm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
-
-
-class Tool:
-    def __init__(self, name: str, output: str) -> None:
-        self.name = name
-        self.description = f"test tool {name}"
-        self.input_schema: dict[str, Any] = {"type": "object", "properties": {}}
-        self.output = output
-        self.inputs: list[dict[str, Any]] = []
-
-    async def execute(self, input: dict[str, Any]) -> ToolResult:
-        self.inputs.append(dict(input))
-        return ToolResult(output=self.output)
 
 
 def provider_entry(kind: str, url: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -22,10 +22,10 @@ from typing import Any
 import anyio
 import mcp_types
 import pytest
+import test_tool_mcp_http as mcp_http
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 
-from _servers import ServerProcess
 from amplifier_anyio import AmplifierSession, TurnStatus
 from amplifier_anyio.mcp_server import build_server
 from amplifier_anyio.mcp_tasks import (
@@ -173,20 +173,7 @@ async def test_a_failed_task_raises_its_error_and_protocol_errors_are_the_specs(
 # -- tool-mcp over streamable HTTP ------------------------------------------------------
 
 
-def mcp_server_command(port: int) -> list[str]:
-    return [sys.executable, SERVER, str(port)]
-
-
-@pytest.fixture(scope="module")
-def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    home = tmp_path_factory.mktemp("mcp-http")
-    server = ServerProcess(
-        lambda port: [sys.executable, SERVER, str(port)], home, what="the MCP server"
-    )
-    try:
-        yield f"{server.url}/mcp"
-    finally:
-        server.stop()
+url = mcp_http.url  # its server, one per module
 
 
 def plan(url: str, replies: list[dict[str, Any]], tool_timeout: float = 10) -> dict[str, Any]:
