@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from amplifier_anyio.contexts import SimpleContextManager, is_compaction_notice
+from amplifier_anyio.contexts._messages import estimate_tokens, to_model
 from amplifier_anyio.contexts.simple import mount
 from amplifier_anyio.errors import ConfigError, ValidationError
 from amplifier_anyio.events import CONTEXT_POST_COMPACT, CONTEXT_PRE_COMPACT
-from amplifier_anyio.models import ProviderInfo
+from amplifier_anyio.models import Message, ProviderInfo, structure
 from amplifier_anyio.testing import EventRecorder, MockCoordinator
 
 pytestmark = pytest.mark.anyio
@@ -52,6 +56,54 @@ async def test_history_round_trip_and_copies_protect_it() -> None:
     assert await manager.get_messages() == [
         {"role": "user", "content": "hi", "metadata": {"k": [1]}}
     ]
+
+
+async def test_a_message_of_strings_is_copied_too() -> None:
+    manager = SimpleContextManager()
+    original = {"role": "tool", "tool_call_id": "c1", "name": "t", "content": "ok"}
+    await manager.add_messages([original])
+    original["content"] = "changed by the caller"
+    view = await manager.request_view()
+
+    assert await manager.get_messages() == [
+        {"role": "tool", "tool_call_id": "c1", "name": "t", "content": "ok"}
+    ]
+    assert view.messages[0].content == "ok"
+
+
+_JSON_LEAF = st.one_of(st.text(), st.integers(), st.none(), st.booleans())
+
+
+@given(
+    st.dictionaries(
+        st.one_of(st.text(), st.integers()),
+        st.one_of(_JSON_LEAF, st.lists(_JSON_LEAF), st.dictionaries(st.text(), _JSON_LEAF)),
+    )
+)
+def test_the_default_estimate_is_a_quarter_of_the_compact_json(message: dict[Any, Any]) -> None:
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
+
+    assert estimate_tokens(message) == max(1, (len(text) + 3) // 4)
+
+
+@given(
+    st.sampled_from(["system", "user", "assistant", "tool", "developer", "nobody"]),
+    st.dictionaries(st.sampled_from(["content", "name", "tool_call_id", "extra"]), st.text()),
+)
+def test_a_message_of_strings_converts_as_the_converter_converts_it(
+    role: str, fields: dict[str, str]
+) -> None:
+    message = {"role": role, **fields}
+    try:
+        expected: Message | str = structure(message, Message)
+    except ValidationError as exc:
+        expected = str(exc)
+    try:
+        got: Message | str = to_model(message)
+    except ValidationError as exc:
+        got = str(exc)
+
+    assert got == expected
 
 
 async def test_set_messages_and_clear() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
-from amplifier_anyio import ModuleLoader
+from amplifier_anyio import AmplifierSession, ModuleLoader
 from amplifier_anyio.errors import AmplifierError, ModuleLoadError, ModuleNotFoundError
 from amplifier_anyio.kernel import ENTRY_POINT_GROUP, ModuleCoordinator, package_name
 
@@ -417,3 +417,182 @@ async def test_cleanup_removes_only_the_sys_path_entries_it_added(sandbox: Sandb
     assert str(added.resolve()) not in sys.path
     assert str(already.resolve()) in sys.path
     loader.cleanup()  # twice is harmless
+
+
+# -- the entry points are read once per process ------------------------------------------------
+
+
+class CountingScans:
+    """Counts the loader's reads of the installed distributions' entry points."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import importlib.metadata  # noqa: PLC0415 - what the loader calls
+
+        self.calls = 0
+        real = importlib.metadata.entry_points
+
+        def counting(**selection: Any) -> Any:
+            self.calls += 1
+            return real(**selection)
+
+        monkeypatch.setattr(importlib.metadata, "entry_points", counting)
+        ModuleLoader.refresh()
+
+
+@pytest.fixture
+def scans(monkeypatch: pytest.MonkeyPatch) -> Iterator[CountingScans]:
+    counter = CountingScans(monkeypatch)
+    yield counter
+    ModuleLoader.refresh()  # no index built under the patch outlives the test
+
+
+async def test_a_second_session_in_the_process_does_not_scan_the_distributions(
+    scans: CountingScans,
+) -> None:
+    plan = {
+        "session": {"orchestrator": "loop-basic", "context": "context-simple"},
+        "providers": [{"module": "provider-scripted", "config": {"responses": []}}],
+    }
+    async with AmplifierSession(plan):
+        pass
+    assert scans.calls == 1
+
+    async with AmplifierSession(plan) as second:
+        pass
+
+    assert scans.calls == 1
+    origin = second.loader.origin_of("provider-scripted") or ""
+    assert origin.startswith("entry point 'provider-scripted' = amplifier_anyio.")
+
+
+async def test_a_module_already_imported_is_found_without_a_worker_thread(
+    scans: CountingScans, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await ModuleLoader().load("tool-demo")  # the index, and the import
+    hops: list[Any] = []
+    real = anyio.to_thread.run_sync
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        hops.append(args[0])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counting)
+
+    mount = await ModuleLoader().load("tool-demo", {"delay": 0})
+
+    assert hops == []
+    coordinator = ModuleCoordinator()
+    await mount(coordinator)
+    assert sorted(coordinator.get("tools")) == ["reverse_words", "word_count"]
+
+
+async def test_a_distribution_installed_later_is_found_without_a_refresh(
+    sandbox: Sandbox, scans: CountingScans
+) -> None:
+    site = sandbox.add_entry_point(f"ep_{sandbox.tag}:mount")
+    sandbox.write_package(site, "first", name=f"ep_{sandbox.tag}")
+    await ModuleLoader().load(sandbox.module_id)
+    later = f"later-{sandbox.tag}"
+    with pytest.raises(ModuleNotFoundError):
+        await ModuleLoader().load(later)
+    scanned = scans.calls
+
+    # Installed into a directory already on sys.path: sys.path itself does not change.
+    dist_info = site / f"amp_later_{sandbox.tag}-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: amp-later-{sandbox.tag}\nVersion: 1.0\n", encoding="utf-8"
+    )
+    (dist_info / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\n{later} = ep_{sandbox.tag}:mount\n", encoding="utf-8"
+    )
+    mount = await ModuleLoader().load(later)
+
+    assert await mount(None) == ("first", {})
+    assert scans.calls == scanned + 1
+
+
+async def test_a_directory_added_to_sys_path_is_read_without_a_refresh(
+    sandbox: Sandbox, scans: CountingScans
+) -> None:
+    await ModuleLoader().load("tool-demo")  # the index, before the directory is on sys.path
+    scanned = scans.calls
+    sandbox.write_package(sandbox.directory("code"), "first", name=f"ep_{sandbox.tag}")
+    sys.path.append(str(sandbox.root / "code"))
+
+    site = sandbox.add_entry_point(f"ep_{sandbox.tag}:mount")  # a new sys.path entry
+    mount = await ModuleLoader().load(sandbox.module_id)
+
+    assert await mount(None) == ("first", {})
+    assert scans.calls == scanned + 1
+    assert str(site) in sys.path
+
+
+async def test_one_loader_sees_a_distribution_installed_after_its_first_load(
+    sandbox: Sandbox, scans: CountingScans
+) -> None:
+    # A loader checks the index's paths once (a session opening), then trusts it for the
+    # modules it names: a name it does not know still makes it look again.
+    loader = ModuleLoader()
+    site = sandbox.add_entry_point(f"ep_{sandbox.tag}:mount")
+    sandbox.write_package(site, "first", name=f"ep_{sandbox.tag}")
+    await loader.load(sandbox.module_id)
+    await loader.load("tool-demo")
+    later = f"later-{sandbox.tag}"
+    dist_info = site / f"amp_late_{sandbox.tag}-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: amp-late-{sandbox.tag}\nVersion: 1.0\n", encoding="utf-8"
+    )
+    (dist_info / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\n{later} = ep_{sandbox.tag}:mount\n", encoding="utf-8"
+    )
+
+    mount = await loader.load(later)
+
+    assert await mount(None) == ("first", {})
+    assert loader.origin_of(later) == (
+        f"entry point {later!r} = ep_{sandbox.tag}:mount (amp-late-{sandbox.tag} 1.0)"
+    )
+
+
+async def test_refresh_reads_the_distributions_again(scans: CountingScans) -> None:
+    await ModuleLoader().load("tool-demo")
+    await ModuleLoader().load("tool-demo")
+    assert scans.calls == 1
+
+    ModuleLoader.refresh()
+    await ModuleLoader().load("tool-demo")
+
+    assert scans.calls == 2
+
+
+async def test_two_entry_points_of_one_name_are_reported_to_every_loader(
+    sandbox: Sandbox, scans: CountingScans
+) -> None:
+    site = sandbox.add_entry_point(f"ep_{sandbox.tag}:mount")
+    sandbox.write_package(site, "first", name=f"ep_{sandbox.tag}")
+    other = sandbox.directory("other-site")
+    dist_info = other / f"amp_other_{sandbox.tag}-2.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: amp-other-{sandbox.tag}\nVersion: 2.0\n", encoding="utf-8"
+    )
+    (dist_info / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\n{sandbox.module_id} = elsewhere_{sandbox.tag}:mount\n",
+        encoding="utf-8",
+    )
+    sys.path.append(str(other))
+
+    first, second = ModuleLoader(), ModuleLoader()
+    await first.load(sandbox.module_id)
+    await second.load(sandbox.module_id)  # from the index, the module imported already
+
+    assert scans.calls == 1
+    for loader in (first, second):
+        [warning] = loader.warnings_of(sandbox.module_id)
+        assert f"2 entry points named {sandbox.module_id!r}" in warning
+        assert loader.origin_of(sandbox.module_id) == (
+            f"entry point {sandbox.module_id!r} = ep_{sandbox.tag}:mount "
+            f"(amp-probe-{sandbox.tag} 1.0)"
+        )

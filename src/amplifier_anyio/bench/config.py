@@ -28,12 +28,24 @@ BACKENDS: dict[str, tuple[str, dict[str, Any]]] = {
 SUITES = ("fanout", "emit", "batch", "compaction")
 """The parts of a default run: full-loop fan-out, hook emit, tool batch, compaction."""
 
-ALL_SUITES = (*SUITES, "executors", "history", "startup", "peers", "turn")
+ALL_SUITES = (
+    *SUITES,
+    "executors",
+    "history",
+    "startup",
+    "peers",
+    "turn",
+    "sessions",
+    "cancel",
+)
 """Every suite ``--suite`` accepts; ``executors`` (CPU-bound calls through each executor,
 worker processes and a Dask cluster), ``history`` (request cost against conversation
 length), ``startup`` (import and CLI start-up time), ``peers`` (other agent stacks as
-extra rows of the fan-out cases, asyncio only: ``bench.peers``) and ``turn`` (one-tool turns
-through a session and through loop-basic alone: ``bench.turns``) run only when asked for."""
+extra rows of the fan-out cases, asyncio only: ``bench.peers``), ``turn`` (one-tool turns
+through a session and through loop-basic alone: ``bench.turns``), ``sessions`` (open +
+close, the fan-out through a session, many sessions at once, an idle session's memory:
+``bench.sessions``) and ``cancel`` (cancel latency with N calls in flight:
+``bench.cancel``) run only when asked for."""
 
 _NEEDS = {"asyncio+uvloop": "uvloop", "trio": "trio"}
 
@@ -125,6 +137,11 @@ class BenchConfig:
     )
     history_iterations: int = attrs.field(default=1_000)
     memory: bool = True
+    session_path_size: int = attrs.field(default=1_000)
+    concurrent_sessions: int = attrs.field(default=1_000)
+    cancel_sizes: tuple[int, ...] = attrs.field(
+        default=(1_000, 10_000), converter=tuple, validator=_positive_ints("cancel_sizes")
+    )
     executor_calls: int = attrs.field(default=40)
     executor_cost: float = attrs.field(default=0.05)
     quick: bool = False
@@ -138,6 +155,12 @@ class BenchConfig:
     def _check_history_iterations(self, _: Any, value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"history_iterations: expected at least 1, got {value!r}")
+
+    @session_path_size.validator
+    @concurrent_sessions.validator
+    def _check_sessions(self, attribute: Any, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{attribute.name}: expected at least 1, got {value!r}")
 
     @executor_calls.validator
     def _check_executor_calls(self, _: Any, value: int) -> None:
@@ -167,6 +190,8 @@ class BenchConfig:
             "history_iterations": 100,
             "executor_calls": 16,
             "executor_cost": 0.02,
+            "concurrent_sessions": 100,
+            "cancel_sizes": (1_000,),
             "quick": True,
         }
         settings.update(changes)

@@ -137,6 +137,81 @@ def _turn_table(report: dict[str, Any], markdown: bool) -> Table:
     return table
 
 
+def _session_tables(report: dict[str, Any], markdown: bool) -> list[Table]:
+    tables = []
+    if report.get("session_open"):
+        opened = _table(
+            "Session open + close (µs per session, median)",
+            ["backend", "plan", "sessions", "µs", "µs min"],
+            markdown,
+        )
+        for case in report["session_open"]:
+            opened.add_row(
+                _backend(case["backend"]),
+                case["plan"],
+                str(case["sessions"]),
+                _num(case["us_per_session"]),
+                _num(case["us_per_session_min"]),
+            )
+        tables.append(opened)
+    if report.get("session_path"):
+        path = _table(
+            "Fan-out through a session (median ms; µs/call over the floor)",
+            ["backend", "N", "D ms", "floor", "loop", "session", "loop µs", "session µs"],
+            markdown,
+        )
+        for case in report["session_path"]:
+            path.add_row(
+                _backend(case["backend"]),
+                f"{case['n']:,}",
+                f"{case['delay_ms']:g}",
+                _ms(case["floor"]["median_s"]),
+                _ms(case["loop"]["median_s"]),
+                _ms(case["session"]["median_s"]),
+                _overhead(case["loop_us_per_call"]),
+                _overhead(case["session_us_per_call"]),
+            )
+        tables.append(path)
+    if report.get("session_concurrent"):
+        many = _table(
+            "Sessions at once: demo plan, one turn each (median ms)",
+            ["backend", "sessions", "all", "µs/session", "idle B/session"],
+            markdown,
+        )
+        memory = {case["backend"]: case for case in report.get("session_memory", ())}
+        for case in report["session_concurrent"]:
+            idle = memory.get(case["backend"])
+            many.add_row(
+                _backend(case["backend"]),
+                f"{case['sessions']:,}",
+                _ms(case["all"]["median_s"]),
+                _num(case["us_per_session"]),
+                _num(idle["bytes_per_session"]) if idle else "-",
+            )
+        tables.append(many)
+    return tables
+
+
+def _cancel_table(report: dict[str, Any], markdown: bool) -> Table:
+    table = _table(
+        "Cancel with N calls in flight, to run() returning (median ms; paused: no GC)",
+        ["backend", "N", "floor", "ours", "ratio", "floor paused", "ours paused", "ratio"],
+        markdown,
+    )
+    for case in report["cancel"]:
+        table.add_row(
+            _backend(case["backend"]),
+            f"{case['n']:,}",
+            _ms(case["floor"]["median_s"]),
+            _ms(case["ours"]["median_s"]),
+            f"{case['ratio']:.2f}",
+            _ms(case["floor_paused"]["median_s"]),
+            _ms(case["ours_paused"]["median_s"]),
+            f"{case['ratio_paused']:.2f}",
+        )
+    return table
+
+
 def _batch_table(report: dict[str, Any], markdown: bool) -> Table:
     table = _table(
         "ToolBatch.run, zero-delay tool, no hooks (median ms)",
@@ -362,6 +437,9 @@ def render_tables(report: dict[str, Any], console: Console, *, markdown: bool = 
         tables.append(_batch_table(report, markdown))
     if report.get("turn"):
         tables.append(_turn_table(report, markdown))
+    tables.extend(_session_tables(report, markdown))
+    if report.get("cancel"):
+        tables.append(_cancel_table(report, markdown))
     if report["compaction"]:
         tables.append(_compaction_table(report, markdown))
     if report.get("executors"):

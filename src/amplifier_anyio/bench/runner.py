@@ -84,6 +84,11 @@ def run_benchmarks(config: BenchConfig, step: Step = _ignore) -> dict[str, Any]:
         "emit": [],
         "batch": [],
         "turn": [],
+        "session_open": [],
+        "session_path": [],
+        "session_concurrent": [],
+        "session_memory": [],
+        "cancel": [],
         "compaction": None,
     }
     for name in backends:

@@ -18,8 +18,15 @@ import anyio
 from ..contexts import SimpleContextManager, compact
 from ..events import TOOL_PRE
 from ..kernel._hooks import HookRegistry
+from .cancel import cancel_case
 from .config import BenchConfig, backend_spec
 from .peers import peer_turns
+from .sessions import (
+    concurrent_sessions_case,
+    idle_memory_case,
+    open_close_cases,
+    session_path_case,
+)
 from .timing import Timing, peak_bytes, ratio, time_variants
 from .turns import turn_case
 from .workloads import FanoutTurn, Job, noop_handler, prepare_batch, prepare_floor
@@ -28,6 +35,12 @@ __all__ = ("Step", "backend_suite", "compaction_suite", "conversation", "count_s
 
 TURNS_PER_JOB = 200
 """One-tool turns per timed job of the ``turn`` suite."""
+
+SESSION_STEPS = 4
+"""Cases of the ``sessions`` suite per backend (one step each)."""
+
+SESSION_PATH_DELAY = 0.01
+"""Seconds each call of the sessions suite's fan-out sleeps."""
 
 Step = Callable[[str], None]
 """Called once when a case is done, with a short description of it."""
@@ -44,6 +57,10 @@ def count_steps(config: BenchConfig, backends: int) -> int:
         per_backend += 1
     if "turn" in config.suites:
         per_backend += 1
+    if "sessions" in config.suites:
+        per_backend += SESSION_STEPS
+    if "cancel" in config.suites:
+        per_backend += len(config.cancel_sizes)
     compaction = len(config.compaction_sizes) if "compaction" in config.suites else 0
     executors = config.repeats if "executors" in config.suites else 0  # one step a repeat
     # per context (simple, persistent): the sizes twice (compaction off / on), two runs; one load
@@ -81,7 +98,34 @@ async def backend_suite(name: str, config: BenchConfig, step: Step = _ignore) ->
     if "turn" in config.suites:
         results["turn"] = [await turn_case(name, config.repeats, TURNS_PER_JOB)]
         step(f"{name}: one-tool turns x{TURNS_PER_JOB}")
+    if "sessions" in config.suites:
+        results.update(await _sessions(name, config, step))
+    if "cancel" in config.suites:
+        results["cancel"] = []
+        for n in config.cancel_sizes:
+            results["cancel"].append(await cancel_case(name, config.repeats, n))
+            step(f"{name}: cancel with {n} calls in flight")
     return results
+
+
+async def _sessions(name: str, config: BenchConfig, step: Step) -> dict[str, list[Any]]:
+    """The ``sessions`` suite's four cases on the running backend."""
+    opened = await open_close_cases(name, config.repeats)
+    step(f"{name}: session open + close")
+    n = config.session_path_size
+    path = await session_path_case(name, config.repeats, n, SESSION_PATH_DELAY)
+    step(f"{name}: fan-out N={n} through a session")
+    count = config.concurrent_sessions
+    concurrent = await concurrent_sessions_case(name, config.repeats, count)
+    step(f"{name}: {count} sessions at once")
+    memory = await idle_memory_case(name, count)
+    step(f"{name}: {count} idle sessions")
+    return {
+        "session_open": opened,
+        "session_path": [path],
+        "session_concurrent": [concurrent],
+        "session_memory": [memory],
+    }
 
 
 async def _warm_up(on_asyncio: bool) -> None:

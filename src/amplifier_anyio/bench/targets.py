@@ -155,8 +155,43 @@ def _memory(report: dict[str, Any], backend: str) -> tuple[float, dict[str, Any]
     if not measured:
         return None
     case = max(measured, key=lambda c: (c["n"], c["delay_ms"]))
-    value = case["memory"]["ours_bytes_per_call"] / 1024
+    memory = case["memory"]
+    value = (memory["ours_bytes_per_call"] - memory["floor_bytes_per_call"]) / 1024
     return value, {"n": case["n"], "delay_ms": case["delay_ms"], "hooks": 0}
+
+
+def _open_close(report: dict[str, Any], backend: str) -> tuple[float, dict[str, Any]] | None:
+    """The dearest plan's open + close."""
+    cases = [case for case in report.get("session_open", ()) if case["backend"] == backend]
+    if not cases:
+        return None
+    worst = max(cases, key=lambda case: case["us_per_session"])
+    return worst["us_per_session"] / 1000, {"plan": worst["plan"]}
+
+
+def _session_path(report: dict[str, Any], backend: str) -> tuple[float, dict[str, Any]] | None:
+    for case in report.get("session_path", ()):
+        if case["backend"] == backend:
+            value = case["session_over_loop_us_per_call"]
+            return value, {"n": case["n"], "delay_ms": case["delay_ms"]}
+    return None
+
+
+def _cancel(key: str) -> Callable[[dict[str, Any], str], tuple[float, dict[str, Any]] | None]:
+    """The cancel suite's ``key`` ratio at the largest N >= 10 000."""
+
+    def measure(report: dict[str, Any], backend: str) -> tuple[float, dict[str, Any]] | None:
+        cases = [
+            case
+            for case in report.get("cancel", ())
+            if case["backend"] == backend and case["n"] >= 10_000
+        ]
+        if not cases:
+            return None
+        case = max(cases, key=lambda c: c["n"])
+        return case[key], {"n": case["n"]}
+
+    return measure
 
 
 TARGETS = (
@@ -202,9 +237,10 @@ TARGETS = (
     ),
     Target(
         name="memory_per_call",
-        label="memory per call",
-        description="peak traced memory of a turn / N, largest N with D > 0, K = 0",
-        threshold=4.5,
+        label="memory per call over floor",
+        description="peak traced memory of a turn / N over the task-group floor's, largest N "
+        "with D > 0, K = 0",
+        threshold=0.7,
         unit="KiB",
         measure=_memory,
     ),
@@ -215,6 +251,43 @@ TARGETS = (
         threshold=250.0,
         unit="us",
         measure=_turn,
+    ),
+    Target(
+        name="session_open_close",
+        label="session open + close",
+        description="async with AmplifierSession(plan): pass, the dearest of the sessions "
+        "suite's plans (modules loaded once in the process before)",
+        threshold=1.0,
+        unit="ms",
+        measure=_open_close,
+    ),
+    Target(
+        name="session_path",
+        label="session path over loop",
+        description="fan-out N = 1 000 x 10 ms through AmplifierSession (context-simple) "
+        "over loop-basic alone (LeanContext): (session - loop) / N",
+        threshold=4.0,
+        unit="us/call",
+        measure=_session_path,
+    ),
+    Target(
+        name="cancel_10000",
+        label="cancel, 10 000 in flight",
+        description="immediate cancel with 10 000 calls in flight, to run() returning, over "
+        "a task group of 10 000 sleepers cancelled by its scope",
+        threshold=2.0,
+        unit="x floor",
+        measure=_cancel("ratio"),
+    ),
+    Target(
+        name="cancel_10000_paused",
+        label="cancel, 10 000, GC paused",
+        description="the same with the garbage collector paused in both windows (the work "
+        "alone: on asyncio each cancelled task leaves a cycle that a collection in our "
+        "window frees, and none in the floor's)",
+        threshold=2.0,
+        unit="x floor",
+        measure=_cancel("ratio_paused"),
     ),
     Target(
         name="request_simple_100k",
@@ -274,7 +347,7 @@ TARGETS = (
         per_backend=False,
     ),
 )
-"""The targets of issues 7 and 20 (where both name one, the stricter: issue 20's)."""
+"""The targets of issues 7, 20 and 32 (where two name one, the later issue's)."""
 
 
 RUN_WIDE = "-"

@@ -33,8 +33,8 @@ def bench_command(
         typer.Option(
             "--suite",
             help=(
-                "fanout, emit, batch, compaction; executors, history, startup, peers"
-                " and turn only when named (repeatable)."
+                "fanout, emit, batch, compaction; executors, history, startup, peers,"
+                " turn, sessions and cancel only when named (repeatable)."
             ),
         ),
     ] = None,

@@ -21,7 +21,9 @@ __all__ = (
     "result_ids",
     "copy_message",
     "estimate_tokens",
+    "flat_cost",
     "to_model",
+    "stored_model",
     "lost_result",
     "LOST_RESULT",
 )
@@ -85,6 +87,10 @@ def _call(item: Mapping[str, Any]) -> tuple[str, str]:
     return (call_id if isinstance(call_id, str) else "", str(name) if name is not None else "")
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+"""The exact types of a JSON value that is never copied (one set look-up each)."""
+
+
 def copy_message(value: Any) -> Any:
     """Copy the dicts and lists of a JSON-like value; leave leaves shared (they are immutable).
 
@@ -94,14 +100,14 @@ def copy_message(value: Any) -> Any:
     if kind is dict:  # the common case: one C-level copy, then only nested containers
         copied = value.copy()
         for key, item in copied.items():
-            if item.__class__ is dict or item.__class__ is list or isinstance(item, dict | list):
+            if item.__class__ not in _LEAVES and isinstance(item, dict | list):
                 copied[key] = copy_message(item)  # same keys: no resize while iterating
         return copied
     if kind is list:
         return [
-            copy_message(item)
-            if item.__class__ is dict or item.__class__ is list or isinstance(item, dict | list)
-            else item
+            item
+            if item.__class__ in _LEAVES or not isinstance(item, dict | list)
+            else copy_message(item)
             for item in value
         ]
     if isinstance(value, dict):
@@ -111,8 +117,40 @@ def copy_message(value: Any) -> Any:
     return value
 
 
+_quoted = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) writes for a str
+_KEY_LENGTHS: dict[str, int] = {}
+"""The quoted length of each key seen (a message has a handful of distinct keys)."""
+
+
+def flat_cost(message: dict[str, Any]) -> int | None:
+    """`estimate_tokens` of a message whose keys and values are all strings (a tool
+    result, a prompt), without building its JSON; None for any other message.
+
+    The JSON's length is ``{`` and ``}``, n - 1 commas, n colons, and each key and value
+    quoted as ``json.dumps`` quotes it.
+    """
+    size = 2 * len(message) + 1
+    known = _KEY_LENGTHS
+    for key, value in message.items():
+        if value.__class__ is not str:
+            return None
+        length = known.get(key)
+        if length is None:
+            if key.__class__ is not str:
+                return None
+            length = len(_quoted(key))
+            if len(known) < 256:
+                known[key] = length
+        size += length + len(_quoted(value))
+    return max(1, (size + 3) // 4)
+
+
 def estimate_tokens(message: Mapping[str, Any]) -> int:
     """About one token per four characters of the message's compact JSON (at least 1)."""
+    if message.__class__ is dict:
+        cost = flat_cost(message)
+        if cost is not None:
+            return cost
     text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
     return max(1, (len(text) + 3) // 4)
 
@@ -147,7 +185,35 @@ def _normalise(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "tool_calls": fixed}
 
 
+_STRING_FIELDS = frozenset({"role", "content", "name", "tool_call_id"})
+"""The fields of a Message that a message of strings only can set."""
+
+
 def to_model(message: dict[str, Any]) -> Message:
     """The [`Message`][amplifier_anyio.Message] of a context's message dict."""
+    if message.__class__ is dict:
+        # A tool result or a prompt (strings in Message's string fields): built directly,
+        # the same Message the converter builds, without its per-field machinery. A
+        # message it refuses goes to the converter, which says what is wrong.
+        for key, value in message.items():
+            if value.__class__ is not str or key not in _STRING_FIELDS:
+                break
+        else:
+            try:
+                return Message(**message)
+            except (TypeError, ValueError):
+                pass
     converted: Message = structure(_normalise(message), Message)
     return converted
+
+
+def stored_model(message: dict[str, Any]) -> Message:
+    """The model of a message a context stores (already plain), sharing nothing with it.
+
+    A message of strings only is converted as it is (there is nothing in it to share or
+    to make plain); any other from a copy.
+    """
+    for value in message.values():
+        if value.__class__ is not str:
+            return to_model(copy_message(message))
+    return to_model(message)

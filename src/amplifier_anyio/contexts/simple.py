@@ -28,7 +28,7 @@ from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, ValidationError
 from ..events import CONTEXT_POST_COMPACT, CONTEXT_PRE_COMPACT
 from ..kernel._foreign import plain_message
-from ._messages import copy_message, estimate_tokens, to_model
+from ._messages import copy_message, estimate_tokens, flat_cost, stored_model, to_model
 from ._view import NOTICE, Cut, Repair, RequestView, Units
 from .compaction import Estimator, compaction_notice
 
@@ -182,7 +182,7 @@ class SimpleContextManager:
                 return self._notice_message()
             model = models[index]
             if model is None:
-                model = models[index] = to_model(copy_message(messages[index]))
+                model = models[index] = stored_model(messages[index])
             return model
 
         if cut is None:
@@ -415,12 +415,21 @@ class SimpleContextManager:
         return budget
 
     def _prepare(self, message: Any) -> tuple[dict[str, Any], int]:
-        if not isinstance(message, Mapping):
+        if message.__class__ is dict and "role" in message and self.estimator is estimate_tokens:
+            # The common message (a tool result, a prompt): strings only, so one shallow
+            # copy is the whole copy, nothing needs making plain, and the estimate needs
+            # no JSON. Anything else takes the general path below.
+            cost = flat_cost(message)
+            if cost is not None:
+                return message.copy(), cost
+        if message.__class__ is not dict and not isinstance(message, Mapping):
             raise ValidationError([f"message: expected a dict, got {type(message).__name__}"])
         if not isinstance(message.get("role"), str):
             raise ValidationError(["message.role: required (a string)"])
-        # An amplifier-core orchestrator stores its pydantic blocks as they are.
-        stored = copy_message(plain_message(dict(message)))
+        # An amplifier-core orchestrator stores its pydantic blocks as they are. A plain
+        # dict is copied once (by copy_message), any other mapping becomes one first.
+        plain = plain_message(message if message.__class__ is dict else dict(message))
+        stored = copy_message(plain)
         return stored, self.estimator(stored)
 
     def _append(self, stored: dict[str, Any], cost: int) -> None:

@@ -178,9 +178,8 @@ class HookRegistry:
         entries = self._handlers.get(event)
         # The registry's own result, built without validation (see models/_results.py);
         # inlined, as is the clock below: a function call is a measurable part of an emit.
-        answer = _new(HookResult)
+        answer = _new(HookResult)  # action: the class's default, "continue"
         fields = answer.__dict__
-        fields["action"] = "continue"
         if not entries:
             # Nothing to run, stamp or reduce. The one copy stays: the caller's dict is
             # never handed back to be mutated by whoever reads the result (tested).

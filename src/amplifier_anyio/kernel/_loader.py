@@ -10,6 +10,20 @@ cannot be used is a warning (and the next place is tried). Two entry points of o
 name are a warning naming both (the first found is used). Where each module came from
 is kept ([`ModuleLoader.origin_of`][amplifier_anyio.ModuleLoader.origin_of]). Imports run in a
 worker thread: they read files.
+
+The entry points are read once per process, not per load: ``importlib.metadata`` caches
+each ``sys.path`` directory's listing (keyed on its modification time) but reads every
+installed distribution's ``entry_points.txt`` again on each call, milliseconds a call.
+The loader keeps one index of the group, valid while ``sys.path`` and the modification
+time of each of its entries (what ``importlib.metadata``'s own cache is keyed on) and
+``sys.meta_path`` stay the same: installing or removing a distribution changes its
+directory, so the next load scans again. An entry point whose module is imported already
+is loaded on the event loop (no file is read) after one check of the paths per loader (a
+``stat`` of each ``sys.path`` entry; a session has one loader, so a session opening finds
+its imported modules with one check); anything else still goes to a worker thread, whose
+look-up checks the paths again.
+[`ModuleLoader.refresh`][amplifier_anyio.ModuleLoader.refresh] drops the index for the
+changes that leave those unchanged (an ``entry_points.txt`` edited in place).
 """
 
 from __future__ import annotations
@@ -19,13 +33,16 @@ import importlib
 import importlib.util
 import inspect
 import logging
+import os
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import attrs
 
 from ..errors import ModuleLoadError, ModuleNotFoundError
 from ._sources import fetch_git_source, is_git_source
@@ -82,6 +99,7 @@ class ModuleLoader:
         self._cache: dict[tuple[str, str | None], Mount] = {}
         self._origins: dict[tuple[str, str | None], str] = {}
         self._warnings: dict[tuple[str, str | None], list[str]] = {}
+        self._fresh: _Index | None = None  # the index this loader found up to date
 
     def origin_of(self, module_id: str, source_hint: str | None = None) -> str | None:
         """Where the module loaded for ``(module_id, source_hint)`` came from, once found:
@@ -119,10 +137,55 @@ class ModuleLoader:
         key = (module_id, source_hint)
         mount = self._cache.get(key)
         if mount is None:
-            mount = await self._find(module_id, source_hint, coordinator or self.coordinator)
+            coordinator = coordinator or self.coordinator
+            mount = self._find_imported(module_id, source_hint, coordinator)
+            if mount is None:
+                mount = await self._find(module_id, source_hint, coordinator)
+                self._cache[key] = mount
+                return mount
             self._cache[key] = mount
-        else:
-            await anyio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
+        return mount
+
+    @staticmethod
+    def refresh() -> None:
+        """Forget the process-wide index of entry points: the next load reads the
+        installed distributions again.
+
+        Rarely needed: the index is read again by itself when ``sys.path`` or the
+        modification time of one of its entries changes (a distribution installed or
+        removed). Call it after a change that leaves those alone, such as an
+        ``entry_points.txt`` edited in place; it also clears the import system's caches
+        (`importlib.invalidate_caches`).
+        """
+        global _index  # noqa: PLW0603 - the one process-wide index
+        with _index_lock:
+            _index = None
+        importlib.invalidate_caches()
+
+    def _find_imported(
+        self, module_id: str, source_hint: str | None, coordinator: Any
+    ) -> Mount | None:
+        """The module's mount when no file needs reading: no resolver, no source, a fresh
+        entry-point index naming it, and its module imported already; else None."""
+        if source_hint is not None:
+            return None
+        if coordinator is not None and coordinator.get("module-source-resolver") is not None:
+            return None
+        index = _index
+        if index is None:
+            return None
+        if index is not self._fresh:
+            # The paths are checked once per loader (a session opens with one): a stat of
+            # every sys.path entry is most of what finding an imported module costs.
+            if index.state != _path_state():
+                return None
+            self._fresh = index
+        entry = index.by_name.get(module_id)
+        if entry is None or not _imported(entry.entry_point.module):
+            return None
+        mount = _load_entry_point(module_id, entry)
+        self._found(module_id, source_hint, entry.origin, list(entry.notes))
         return mount
 
     def share_found(self, other: ModuleLoader) -> None:
@@ -156,12 +219,17 @@ class ModuleLoader:
         mount, origin = await anyio.to_thread.run_sync(
             partial(self._find_sync, module_id, source_hint, resolved, source_path, tried, notes)
         )
+        self._found(module_id, source_hint, origin, notes)
+        return mount
+
+    def _found(
+        self, module_id: str, source_hint: str | None, origin: str, notes: list[str]
+    ) -> None:
         key = (module_id, source_hint)
         self._origins[key] = origin
         self._warnings[key] = notes
         for note in notes:
             logger.warning("module %r: %s", module_id, note)
-        return mount
 
     async def _resolve(
         self, resolver: Any, module_id: str, source_hint: str | None, tried: list[str]
@@ -223,28 +291,12 @@ class ModuleLoader:
     def _from_entry_point(
         self, module_id: str, tried: list[str], notes: list[str]
     ) -> tuple[Mount, str] | None:
-        import importlib.metadata  # noqa: PLC0415 - ~20 ms of `import amplifier_anyio`
-
-        found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP).select(name=module_id)
-        unique: dict[tuple[str, str], EntryPoint] = {}
-        for entry_point in found:
-            unique.setdefault((entry_point.value, _dist_label(entry_point)), entry_point)
-        candidates = list(unique.values())
-        if len(candidates) > 1:
-            described = " and ".join(_describe_entry_point(ep) for ep in candidates)
-            notes.append(
-                f"{len(candidates)} entry points named {module_id!r}: {described}; "
-                f"using the first, {_describe_entry_point(candidates[0])}"
-            )
-        for entry_point in candidates[:1]:
-            try:
-                return _checked(module_id, entry_point.load()), _describe_entry_point(entry_point)
-            except ModuleLoadError:
-                raise
-            except Exception as exc:
-                raise ModuleLoadError(module_id, f"entry point {entry_point.value}: {exc}") from exc
-        tried.append(f"entry point {module_id!r} in group {ENTRY_POINT_GROUP!r}: none")
-        return None
+        entry = _entry_point_index().by_name.get(module_id)
+        if entry is None:
+            tried.append(f"entry point {module_id!r} in group {ENTRY_POINT_GROUP!r}: none")
+            return None
+        notes.extend(entry.notes)
+        return _load_entry_point(module_id, entry), entry.origin
 
     def _from_package(self, module_id: str, tried: list[str]) -> tuple[Mount, str] | None:
         name = package_name(module_id)
@@ -271,15 +323,120 @@ class ModuleLoader:
         return _import_mount(module_id, name), name
 
 
-def _dist_label(entry_point: EntryPoint) -> str:
+# -- the process-wide entry-point index ----------------------------------------------------
+
+
+@attrs.frozen
+class _Entry:
+    """The entry point a module id resolves to, described once."""
+
+    entry_point: EntryPoint
+    origin: str
+    notes: tuple[str, ...]
+    """A warning when more than one entry point has the name (the first is used)."""
+
+
+@attrs.frozen
+class _Index:
+    """The group's entry points by name, and the state of the paths they were read from."""
+
+    state: tuple[object, ...]
+    by_name: dict[str, _Entry]
+
+
+_index: _Index | None = None
+_index_lock = threading.Lock()  # one scan at a time (event loops in several threads)
+
+
+def _path_state() -> tuple[object, ...]:
+    """What the installed distributions seen by ``importlib.metadata`` depend on:
+    ``sys.path``, each entry's modification time (the key of its own directory cache),
+    the working directory for relative entries, and the finders on ``sys.meta_path``."""
+    state: list[object] = [tuple(map(id, sys.meta_path))]
+    relative = False
+    for entry in sys.path:
+        relative = relative or not os.path.isabs(entry)
+        try:
+            stat = os.stat(entry or ".")
+        except (OSError, ValueError):
+            state.append((entry, None))
+        else:
+            state.append((entry, stat.st_mtime_ns, stat.st_ino))
+    if relative:
+        state.append(os.getcwd())
+    return tuple(state)
+
+
+def _entry_point_index() -> _Index:
+    """The current index, scanning the distributions if the paths changed (blocking: a
+    worker thread's work)."""
+    global _index  # noqa: PLW0603 - the one process-wide index
+    state = _path_state()
+    index = _index
+    if index is not None and index.state == state:
+        return index
+    with _index_lock:
+        index = _index
+        if index is None or index.state != state:
+            # The state is taken before the scan: a change during it makes the next
+            # look-up scan again rather than keep a stale index.
+            index = _Index(state, _scan_entry_points())
+            _index = index
+    return index
+
+
+def _scan_entry_points() -> dict[str, _Entry]:
+    import importlib.metadata  # noqa: PLC0415 - ~20 ms of `import amplifier_anyio`
+
+    found: dict[str, dict[tuple[str, str], tuple[EntryPoint, str]]] = {}
+    labels: dict[int, str] = {}
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        label = _dist_label(entry_point, labels)
+        unique = found.setdefault(entry_point.name, {})
+        unique.setdefault((entry_point.value, label), (entry_point, label))
+    by_name = {}
+    for name, unique in found.items():
+        candidates = [_describe_entry_point(ep, label) for ep, label in unique.values()]
+        notes: tuple[str, ...] = ()
+        if len(candidates) > 1:
+            notes = (
+                f"{len(candidates)} entry points named {name!r}: {' and '.join(candidates)}; "
+                f"using the first, {candidates[0]}",
+            )
+        first = next(iter(unique.values()))[0]
+        by_name[name] = _Entry(entry_point=first, origin=candidates[0], notes=notes)
+    return by_name
+
+
+def _imported(module: str) -> bool:
+    """Whether importing ``module`` reads no file: it is imported and not being imported."""
+    found = sys.modules.get(module)
+    spec = getattr(found, "__spec__", None)
+    return found is not None and not getattr(spec, "_initializing", False)
+
+
+def _load_entry_point(module_id: str, entry: _Entry) -> Mount:
+    try:
+        return _checked(module_id, entry.entry_point.load())
+    except ModuleLoadError:
+        raise
+    except Exception as exc:
+        msg = f"entry point {entry.entry_point.value}: {exc}"
+        raise ModuleLoadError(module_id, msg) from exc
+
+
+def _dist_label(entry_point: EntryPoint, labels: dict[int, str]) -> str:
     dist = getattr(entry_point, "dist", None)
     if dist is None:
         return "unknown distribution"
-    return f"{dist.metadata['Name']} {dist.version}"
+    label = labels.get(id(dist))
+    if label is None:  # reading the metadata file once per distribution
+        label = labels[id(dist)] = f"{dist.metadata['Name']} {dist.version}"
+    return label
 
 
-def _describe_entry_point(entry_point: EntryPoint) -> str:
-    return f"entry point {entry_point.name!r} = {entry_point.value} ({_dist_label(entry_point)})"
+def _describe_entry_point(entry_point: EntryPoint, label: str) -> str:
+    return f"entry point {entry_point.name!r} = {entry_point.value} ({label})"
 
 
 def _resolve_sync(resolver: Any, module_id: str, source_hint: str | None) -> Path:

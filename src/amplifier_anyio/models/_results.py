@@ -131,11 +131,11 @@ class HookResult:
 # Every emit returns a HookResult, so building one is on the hot path of every event. The
 # registry's own results ("continue" / "modify" with data) are known to be valid, so they
 # skip the validated __init__ (which costs more than the rest of an emit): such a result's
-# attribute dict holds only ``action`` and ``data``, and every other field reads its
-# default from the class. attrs removes the class attributes of fields; they are put back
-# here (every default is an immutable value), which changes nothing for objects built by
-# __init__, whose attribute dict holds every field.
-_TRUSTED = frozenset({"action", "data"})
+# attribute dict holds only ``data`` (and ``action`` unless it is "continue"), and every
+# other field reads its default from the class. attrs removes the class attributes of
+# fields; they are put back here (every default is an immutable value), which changes
+# nothing for objects built by __init__, whose attribute dict holds every field.
+_TRUSTED = frozenset({"data"})
 for _field in attrs.fields(HookResult):
     if _field.name not in _TRUSTED:
         setattr(HookResult, _field.name, _field.default)

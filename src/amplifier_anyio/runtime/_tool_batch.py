@@ -283,12 +283,18 @@ class ToolBatch:
             await self._execute(index, call)
 
     def _result_messages(self) -> list[dict[str, Any]]:
+        # A cancel may leave thousands of calls without a result: their text is built once
+        # per tool name (a JSON encoding), not once per call.
+        cancelled: dict[str, str] = {}
         messages: list[dict[str, Any]] = [
             {
                 "role": "tool",
                 "tool_call_id": call.id,
                 "name": call.name,
-                "content": slot if slot is not None else _cancelled_content(call.name),
+                "content": slot
+                if slot is not None
+                else cancelled.get(call.name)
+                or cancelled.setdefault(call.name, _cancelled_content(call.name)),
             }
             for call, slot in zip(self.calls, self._slots, strict=True)
         ]
