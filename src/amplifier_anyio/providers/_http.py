@@ -521,6 +521,39 @@ async def drain(events: AsyncIterator[Any], timeout: float = _DRAIN_TIMEOUT) -> 
             logger.debug("the stream failed after its last event", exc_info=True)
 
 
+class _Body(httpx.ByteStream):
+    """A request body sent as one chunk by an iterator object, not an async generator.
+
+    httpcore iterates the body while it writes it; a request cancelled in that write (the
+    loser of a hedged race, a turn cancelled mid-request) leaves the iteration unfinished,
+    and an unfinished async generator (httpx's own body) is finalised by the garbage
+    collector, which trio reports as a ResourceWarning. An iterator object is just freed.
+    """
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self._data = data
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return _Once(self._data)
+
+
+class _Once:
+    """An async iterator of one chunk."""
+
+    def __init__(self, chunk: bytes) -> None:
+        self._chunk: bytes | None = chunk
+
+    def __aiter__(self) -> _Once:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk, self._chunk = self._chunk, None
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
+
+
 @attrs.frozen
 class _Call:
     """One logical request, repeated as is by every attempt."""
@@ -729,6 +762,8 @@ class HTTPClient:
             params=call.params,
             timeout=deadline,
         )
+        if request.content:
+            request.stream = _Body(request.content)
         failure: LLMError | None = None
         try:
             with anyio.fail_at(until):
