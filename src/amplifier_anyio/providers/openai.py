@@ -260,25 +260,14 @@ class OpenAIChatProvider(HTTPProvider):
             payload["tools"] = [_wire_tool(tool) for tool in request.tools]
             if request.tool_choice is not None:
                 payload["tool_choice"] = _wire_tool_choice(request.tool_choice)
-            if self.parallel_tool_calls is not None:
-                payload["parallel_tool_calls"] = bool(self.parallel_tool_calls)
-        max_tokens = (
-            request.max_output_tokens
-            or kwargs.get("max_output_tokens")
-            or self.configured_max_output
-        )
+            self._parallel(payload)
+        max_tokens, effort, temperature = self._sampling(request, kwargs)
         if max_tokens:
             payload[self.max_tokens_field] = max_tokens
-        effort = request.reasoning_effort or kwargs.get("reasoning_effort") or self.reasoning_effort
         if effort:
-            # reasoning models reject a sampling temperature
             payload["reasoning_effort"] = effort
-        else:
-            temperature = (
-                request.temperature if request.temperature is not None else self.temperature
-            )
-            if temperature is not None:
-                payload["temperature"] = temperature
+        elif temperature is not None:
+            payload["temperature"] = temperature
         for key in ("top_p", "stop", "response_format"):
             if getattr(request, key) is not None:
                 payload[key] = getattr(request, key)
@@ -286,6 +275,25 @@ class OpenAIChatProvider(HTTPProvider):
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}
         return payload
+
+    def _parallel(self, payload: dict[str, Any]) -> None:
+        if self.parallel_tool_calls is not None:
+            payload["parallel_tool_calls"] = bool(self.parallel_tool_calls)
+
+    def _sampling(
+        self, request: ChatRequest, kwargs: Mapping[str, Any]
+    ) -> tuple[int | None, str | None, float | None]:
+        """The output limit, the reasoning effort and the temperature of a request: its
+        own, else the call's keyword, else the config. A reasoning effort leaves the
+        temperature out (reasoning models reject a sampling temperature)."""
+        max_tokens = (
+            request.max_output_tokens
+            or kwargs.get("max_output_tokens")
+            or self.configured_max_output
+        )
+        effort = request.reasoning_effort or kwargs.get("reasoning_effort") or self.reasoning_effort
+        temperature = request.temperature if request.temperature is not None else self.temperature
+        return max_tokens, effort, None if effort else temperature
 
     def _responses_payload(
         self, request: ChatRequest, *, stream: bool, **kwargs: Any
@@ -311,27 +319,17 @@ class OpenAIChatProvider(HTTPProvider):
             payload["tools"] = [responses_tool(tool) for tool in request.tools]
             if request.tool_choice is not None:
                 payload["tool_choice"] = responses_tool_choice(request.tool_choice)
-            if self.parallel_tool_calls is not None:
-                payload["parallel_tool_calls"] = bool(self.parallel_tool_calls)
-        max_tokens = (
-            request.max_output_tokens
-            or kwargs.get("max_output_tokens")
-            or self.configured_max_output
-        )
+            self._parallel(payload)
+        max_tokens, effort, temperature = self._sampling(request, kwargs)
         if max_tokens:
             payload["max_output_tokens"] = max_tokens
-        effort = request.reasoning_effort or kwargs.get("reasoning_effort") or self.reasoning_effort
         if effort:
             reasoning: dict[str, Any] = {"effort": effort}
             if self.reasoning_summary:
                 reasoning["summary"] = self.reasoning_summary
             payload["reasoning"] = reasoning
-        else:
-            temperature = (
-                request.temperature if request.temperature is not None else self.temperature
-            )
-            if temperature is not None:
-                payload["temperature"] = temperature
+        elif temperature is not None:
+            payload["temperature"] = temperature
         if request.top_p is not None:
             payload["top_p"] = request.top_p
         if request.response_format is not None:
