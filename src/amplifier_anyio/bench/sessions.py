@@ -33,7 +33,7 @@ from ..kernel._session import AmplifierSession
 from ..kernel._turns import TurnStatus
 from ..models import ChatRequest, ChatResponse, TextBlock
 from ..providers.scripted import ScriptedProvider
-from .timing import time_variants
+from .timing import time_variants, traced
 from .workloads import FanoutTurn, Job, SleepTool, prepare_floor, tool_calls
 
 __all__ = (
@@ -203,20 +203,12 @@ async def concurrent_sessions_case(name: str, repeats: int, count: int) -> dict[
 async def idle_memory_case(name: str, count: int) -> dict[str, Any]:
     """Traced bytes per demo-plan session held open and idle (``count`` at once)."""
     plans = [_plan("demo plan (+ tool-demo)") for _ in range(count)]
-    gc.collect()
-    started = not tracemalloc.is_tracing()
-    if started:
-        tracemalloc.start()
-    try:
-        base, _ = tracemalloc.get_traced_memory()
+    with traced() as base:
         async with contextlib.AsyncExitStack() as stack:
             for plan in plans:
                 await stack.enter_async_context(AmplifierSession(plan))
             gc.collect()
             held, _ = tracemalloc.get_traced_memory()
-    finally:
-        if started:
-            tracemalloc.stop()
     return {
         "backend": name,
         "sessions": count,

@@ -9,18 +9,19 @@ Memory is measured in separate runs under ``tracemalloc`` (which slows everythin
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import statistics
 import time
 import tracemalloc
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
 from .workloads import Job
 
-__all__ = ("Timing", "time_variants", "peak_bytes", "ratio")
+__all__ = ("Timing", "time_variants", "peak_bytes", "traced", "ratio")
 
 
 @attrs.frozen
@@ -72,19 +73,27 @@ async def time_variants(
     return {name: Timing(tuple(values)) for name, values in samples.items()}
 
 
-async def peak_bytes(prepare: Callable[[], Job]) -> int:
-    """The peak of memory traced while one run of the job was in flight, in bytes."""
-    job = prepare()
+@contextlib.contextmanager
+def traced() -> Iterator[int]:
+    """Memory tracing on (and off again after, unless it was on before), after a full
+    collection; gives the bytes traced at the start, the base of any measure."""
     gc.collect()
     started = not tracemalloc.is_tracing()
     if started:
         tracemalloc.start()
     try:
         base, _ = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
-        await job()
-        _, peak = tracemalloc.get_traced_memory()
+        yield base
     finally:
         if started:
             tracemalloc.stop()
+
+
+async def peak_bytes(prepare: Callable[[], Job]) -> int:
+    """The peak of memory traced while one run of the job was in flight, in bytes."""
+    job = prepare()
+    with traced() as base:
+        tracemalloc.reset_peak()
+        await job()
+        _, peak = tracemalloc.get_traced_memory()
     return max(peak - base, 0)

@@ -228,13 +228,7 @@ def chat_response_of(value: Any, *, origin: str) -> ChatResponse:
     """
     if isinstance(value, ChatResponse):
         return value
-    if isinstance(value, Mapping):
-        data: Any = plain_value(dict(value))
-    elif _dump(value) is not None:
-        data = plain_value(value)
-    else:
-        msg = f"{origin} returned {_describe(value)}, not a chat response"
-        raise ForeignModuleError(msg)
+    data = _plain(value, f"{origin} returned", "a chat response")
     if not isinstance(data, dict) or "content" not in data:
         msg = f"{origin} returned {_describe(value)}, not a chat response (no content)"
         raise ForeignModuleError(msg)
@@ -307,13 +301,7 @@ def chat_request_of(value: Any, *, origin: str) -> ChatRequest:
     """
     if isinstance(value, ChatRequest):
         return value
-    if isinstance(value, Mapping):
-        data: Any = plain_value(dict(value))
-    elif _dump(value) is not None:
-        data = plain_value(value)
-    else:
-        msg = f"{origin} was given {_describe(value)}, not a chat request"
-        raise ForeignModuleError(msg)
+    data = _plain(value, f"{origin} was given", "a chat request")
     if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
         msg = f"{origin} was given {_describe(value)}, not a chat request (no messages)"
         raise ForeignModuleError(msg)
@@ -369,3 +357,14 @@ def provider_call_ended(failure: Exception | None) -> None:
     if calls is not None:
         calls.calls += 1
         calls.failure = failure
+
+
+def _plain(value: Any, said: str, noun: str) -> Any:
+    """A mapping or a pydantic-style model as plain data; anything else raises
+    ForeignModuleError (``"<said> <what it is>, not <noun>"``)."""
+    if isinstance(value, Mapping):
+        return plain_value(dict(value))
+    if _dump(value) is not None:
+        return plain_value(value)
+    msg = f"{said} {_describe(value)}, not {noun}"
+    raise ForeignModuleError(msg)
