@@ -9,7 +9,8 @@ the loop-events scheduler stage ``tool:selecting`` / ``tool:selected``, the tool
 ``task:agent_completed`` (upstream's tool-task emits them too; ``docs/agents.md``),
 the provider policy's ``provider:failover`` / ``provider:hedge`` /
 ``provider:hedge_settled`` and the prompt-cache report ``provider:cache`` (see
-``docs/providers.md``), and loop-lifecycle's
+``docs/providers.md``), the registry's ``hook:slow`` (a plain handler held the loop
+longer than ``HookRegistry.slow_handler``; ``docs/hooks.md``), and loop-lifecycle's
 stage events ``lifecycle:<stage>`` (`LIFECYCLE_EVENTS`). Names follow
 ``namespace:action[:detail]`` in lower case; each constant is the upper snake case of its
 string.
@@ -81,6 +82,7 @@ __all__ = (
     "PROVIDER_HEDGE",
     "PROVIDER_HEDGE_SETTLED",
     "PROVIDER_CACHE",
+    "HOOK_SLOW",
     "LIFECYCLE_INITIALIZE",
     "LIFECYCLE_PLAN",
     "LIFECYCLE_ROUTE",
@@ -149,6 +151,7 @@ PROVIDER_FAILOVER: Final = "provider:failover"
 PROVIDER_HEDGE: Final = "provider:hedge"
 PROVIDER_HEDGE_SETTLED: Final = "provider:hedge_settled"
 PROVIDER_CACHE: Final = "provider:cache"
+HOOK_SLOW: Final = "hook:slow"
 LIFECYCLE_INITIALIZE: Final = "lifecycle:initialize"
 LIFECYCLE_PLAN: Final = "lifecycle:plan"
 LIFECYCLE_ROUTE: Final = "lifecycle:route"
@@ -225,6 +228,7 @@ ALL_EVENTS: Final[tuple[str, ...]] = (
     PROVIDER_HEDGE,
     PROVIDER_HEDGE_SETTLED,
     PROVIDER_CACHE,
+    HOOK_SLOW,
     *LIFECYCLE_EVENTS,
 )
 """Every canonical event name, upstream's first, in upstream's order."""

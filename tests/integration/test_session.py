@@ -535,7 +535,7 @@ async def test_immediate_cancel_from_another_task_keeps_the_five_invariants(
                 fast_done.set()
 
         # Sets a loop object: on the loop (a plain handler otherwise runs in a thread).
-        session.coordinator.hooks.register("tool:post", on_post, inline=True)
+        session.coordinator.hooks.register("tool:post", on_post)
         events = recorded(session)
         tasks_before = len(anyio.get_running_tasks())
         with anyio.fail_after(10):

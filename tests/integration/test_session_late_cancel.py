@@ -27,9 +27,7 @@ async def test_cancel_during_execution_end_is_emitted_after_the_turn() -> None:
             # Returns None: an answer that is no verdict (cancel()'s True) would deny.
             session.cancel()
 
-        session.coordinator.hooks.register(
-            "execution:end", late_cancel, name="late-cancel", inline=True
-        )
+        session.coordinator.hooks.register("execution:end", late_cancel, name="late-cancel")
         result = await session.run("hello")
     # The turn itself had already produced its answer.
     assert result.status is TurnStatus.SUCCESS

@@ -345,7 +345,7 @@ async def test_cancelled_calls_are_abandoned_and_no_server_process_outlives_the_
     with anyio.CancelScope() as host:
         async with AmplifierSession(make_plan([stdio_test_server()], replies)) as session:
             [pid] = children(TEST_SERVER)
-            session.coordinator.hooks.register("tool:pre", on_pre, inline=True)
+            session.coordinator.hooks.register("tool:pre", on_pre)
             # An immediate cancel mid-call: the turn ends cancelled, the call is abandoned.
             async with anyio.create_task_group() as tg:
                 tg.start_soon(after_start, lambda: session.cancel(immediate=True))

@@ -432,9 +432,9 @@ def register_hooks(coordinator: MockCoordinator, plans: dict[str, Plan], backend
 
     hooks = coordinator.hooks
     for priority, handler in enumerate((pre_inject, pre_raise, pre_ask, pre_deny, pre_modify)):
-        hooks.register(TOOL_PRE, handler, priority=priority, name=handler.__name__, inline=True)
+        hooks.register(TOOL_PRE, handler, priority=priority, name=handler.__name__)
     for priority, handler in enumerate((post_inject, post_raise, post_deny, post_modify)):
-        hooks.register(TOOL_POST, handler, priority=priority, name=handler.__name__, inline=True)
+        hooks.register(TOOL_POST, handler, priority=priority, name=handler.__name__)
 
 
 # -- the property ----------------------------------------------------------------------------

@@ -877,8 +877,8 @@ async def run_once(
         recorder.attach(hooks)
         # The test's own instrumentation never blocks: on the loop (inline), so it adds no
         # worker-thread hop (on the virtual clock, a thread lets time jump).
-        hooks.register(TOOL_PRE, deny, name="deny-some", inline=True)
-        hooks.register(EXECUTION_START, turn_started, priority=-1, name="turn-start", inline=True)
+        hooks.register(TOOL_PRE, deny, name="deny-some")
+        hooks.register(EXECUTION_START, turn_started, priority=-1, name="turn-start")
         if point == "session_start":
             hooks.register(SESSION_START, stalls[point].hook, priority=LATE, name="slow-start")
         if point == "execution_start":
@@ -1746,7 +1746,6 @@ def test_a_host_cancel_while_a_session_turn_closes_agrees_with_its_events(backen
                     EXECUTION_END,
                     lambda _event, _data: host.cancel(),
                     name="host-cancels",
-                    inline=True,
                 )
                 result = await session.run("hello")
             last_result = session.last_result

@@ -144,7 +144,7 @@ async def test_a_session_error_is_raised_as_it_is_never_in_a_group() -> None:
     first, second = Client(), Client()
     async with AmplifierSession(plan(tool_delay=3600)) as session:
         tools_started = anyio.Event()
-        session.coordinator.hooks.register("tool:pre", lambda *_: tools_started.set(), inline=True)
+        session.coordinator.hooks.register("tool:pre", lambda *_: tools_started.set())
         async with anyio.create_task_group() as tg:
             watched = partial(run_unless_disconnected, poll_interval=0.01)
             tg.start_soon(watched, session, "first", first.is_disconnected)

@@ -634,8 +634,8 @@ async def test_a_failing_handler_is_skipped_on_an_observe_only_event(answer: str
     assert len(seen) == 1
 
 
-async def test_a_sync_handler_runs_off_the_loop() -> None:
-    # A blocking sync handler must not freeze the loop: a ticker keeps ticking meanwhile.
+async def test_a_blocking_handler_runs_off_the_loop() -> None:
+    # A handler registered blocking=True must not freeze the loop: a ticker keeps ticking.
     hooks = HookRegistry()
     release = threading.Event()
     ticks: list[int] = []
@@ -644,7 +644,7 @@ async def test_a_sync_handler_runs_off_the_loop() -> None:
         assert release.wait(10)
         return HookResult(action="modify", data={**data, "seen": True})
 
-    hooks.register("tool:post", blocking, name="blocking")
+    hooks.register("tool:post", blocking, name="blocking", blocking=True)
 
     async def ticker() -> None:
         for n in range(5):
@@ -661,11 +661,11 @@ async def test_a_sync_handler_runs_off_the_loop() -> None:
     assert result.data["seen"] is True
 
 
-async def test_an_inline_sync_handler_runs_on_the_loop_thread() -> None:
+async def test_a_plain_handler_runs_on_the_loop_thread_a_blocking_one_off_it() -> None:
     hooks = HookRegistry()
     threads: list[int] = []
-    hooks.register("e", lambda e, d: threads.append(threading.get_ident()), inline=True)
     hooks.register("e", lambda e, d: threads.append(threading.get_ident()))
+    hooks.register("e", lambda e, d: threads.append(threading.get_ident()), blocking=True)
     await hooks.emit("e", {})
     assert threads[0] == threading.get_ident()
     assert threads[1] != threading.get_ident()

@@ -150,10 +150,8 @@ class StartupError(Exception):
 
 async def enter_session(stack: contextlib.AsyncExitStack, session: AmplifierSession) -> None:
     """Enter ``session`` on ``stack``; a module that fails to load or mount is a StartupError."""
-    session.coordinator.hooks.register(
-        MODULE_LOAD_FAILED, warn_load_failed, name="cli-warn", inline=True
-    )
-    session.coordinator.hooks.register(PROVIDER_RETRY, say_retry, name="cli-retry", inline=True)
+    session.coordinator.hooks.register(MODULE_LOAD_FAILED, warn_load_failed, name="cli-warn")
+    session.coordinator.hooks.register(PROVIDER_RETRY, say_retry, name="cli-retry")
     try:
         # Entered with ``async with``: the session then owns the task group that
         # module services (hooks-logging's writer, …) run in.
@@ -233,9 +231,7 @@ def print_events(session: AmplifierSession, enabled: Callable[[], bool] = lambda
         return HookResult()
 
     for event in ALL_EVENTS:
-        session.coordinator.hooks.register(
-            event, show, priority=1_000_000, name="cli-events", inline=True
-        )
+        session.coordinator.hooks.register(event, show, priority=1_000_000, name="cli-events")
 
 
 class EventLog:

@@ -326,10 +326,8 @@ class _Repl:
     def _attach(self, session: AmplifierSession) -> None:
         hooks = session.coordinator.hooks
         print_events(session, lambda: self.events)
-        hooks.register(
-            CONTENT_BLOCK_START, self._on_block_start, name="cli-chat-stream", inline=True
-        )
-        hooks.register(CONTENT_BLOCK_DELTA, self._on_delta, name="cli-chat-stream", inline=True)
+        hooks.register(CONTENT_BLOCK_START, self._on_block_start, name="cli-chat-stream")
+        hooks.register(CONTENT_BLOCK_DELTA, self._on_delta, name="cli-chat-stream")
         _show_agents(session)
         session.child_setup.append(_show_agents)  # and each sub-agent's own, indented
 
@@ -533,8 +531,8 @@ def _show_agents(session: AmplifierSession) -> None:
         return HookResult()
 
     for event in (TASK_AGENT_SPAWNED, TASK_AGENT_RESUMED):
-        hooks.register(event, started, name="cli-chat-agents", inline=True)
-    hooks.register(TASK_AGENT_COMPLETED, completed, name="cli-chat-agents", inline=True)
+        hooks.register(event, started, name="cli-chat-agents")
+    hooks.register(TASK_AGENT_COMPLETED, completed, name="cli-chat-agents")
 
 
 def transcript_markdown(messages: list[dict[str, Any]], session_id: str) -> str:

@@ -539,7 +539,7 @@ class EventLog:
             if name in self._unregister or not _selected(name, config.include, config.exclude):
                 continue
             self._unregister[name] = coordinator.hooks.register(
-                name, self, priority=config.priority, name="hooks-logging", inline=True
+                name, self, priority=config.priority, name="hooks-logging"
             )
 
     async def detach(self) -> None:

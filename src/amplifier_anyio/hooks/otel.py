@@ -371,9 +371,7 @@ class OtelHook:
                 (LLM_RESPONSE, self._on_llm_response, _EARLY),
             ]
         handlers += [(f"{_LIFECYCLE}{s}", self._on_stage, _EARLY) for s in _LIFECYCLE_STAGES]
-        undo = [
-            hooks.register(e, h, priority=p, name="hooks-otel", inline=True) for e, h, p in handlers
-        ]
+        undo = [hooks.register(e, h, priority=p, name="hooks-otel") for e, h, p in handlers]
         self._unregister.extend(undo)
 
         def unregister() -> None:

@@ -76,7 +76,7 @@ class TurnEventStream:
             send.send_nowait((event, dict(data)))
 
         self._unregister = [
-            hooks.register(event, forward, priority=1_000_000, name="session-stream", inline=True)
+            hooks.register(event, forward, priority=1_000_000, name="session-stream")
             for event in ALL_EVENTS
         ]
         self._group = anyio.create_task_group()

@@ -10,9 +10,14 @@ that raises an ``Exception`` or answers something that is not a verdict *denies*
 reason naming the hook and the module that registered it; on every other event it is
 logged and skipped.
 
-No user code blocks the loop: a synchronous handler runs in a worker thread (the emit
-waits for it; a cancel stops the wait, not the thread), unless it was registered with
-``inline=True`` — for the kernel's own handlers that only hand data on.
+Plain callbacks run on the loop; code that blocks by nature runs off it (DESIGN §3). A
+synchronous handler is called inline, as every asyncio and trio callback is: it may touch
+loop objects (``event.set()``, ``scope.cancel()``) and, with no thread hop, a session stays
+deterministic under trio's ``MockClock``. The registry times each inline call and reports a
+handler that held the loop longer than `HookRegistry.slow_handler` once, by name (a warning
+and a ``hook:slow`` event). A handler registered with ``blocking=True`` runs in a worker
+thread instead; its ``timeout`` bounds the wait (a cancel stops the wait, not the thread).
+A handler whose ``timeout`` expires is a failure: a deny on a gate, skipped elsewhere.
 
 ``emit`` does not add a schedule point of its own: with only non-blocking handlers it
 returns without yielding, which keeps event emission cheap on hot paths.
@@ -23,7 +28,9 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
+import math
 import time
+import warnings
 from bisect import insort
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -32,8 +39,8 @@ from typing import Any, Literal, overload
 import anyio
 import attrs
 
-from ..errors import ForeignModuleError
-from ..events import GATE_EVENTS
+from ..errors import ConfigError, ForeignModuleError
+from ..events import GATE_EVENTS, HOOK_SLOW
 from ..models import HookResult
 from ..models._results import _new
 from ..models._results import _trusted_result as trusted_result
@@ -58,8 +65,15 @@ class _Entry:
     is_async: bool = attrs.field(order=False)
     module: str | None = attrs.field(default=None, order=False)
     """The module whose mount registered the handler, when known."""
-    inline: bool = attrs.field(default=False, order=False)
-    """A synchronous handler that is called on the loop (it never blocks)."""
+    blocking: bool = attrs.field(default=False, order=False)
+    """A synchronous handler that blocks by nature: it runs in a worker thread."""
+    timeout: float | None = attrs.field(default=None, order=False)
+    """Seconds the emit waits for this handler (async or blocking); None: no bound."""
+
+    @property
+    def inline(self) -> bool:
+        """A plain handler, called on the loop (neither async nor blocking)."""
+        return not self.is_async and not self.blocking
 
     @property
     def label(self) -> str:
@@ -100,6 +114,8 @@ class HookRegistry:
         self._defaults: dict[str, Any] = {}
         self._seq = itertools.count()
         self._emits = 0
+        self._slow_handler = 0.1
+        self._reported_slow: set[int] = set()  # entries' seq: each is reported once
 
     def register(
         self,
@@ -108,23 +124,40 @@ class HookRegistry:
         priority: int = 0,
         name: str | None = None,
         *,
-        inline: bool = False,
+        blocking: bool = False,
+        timeout: float | None = None,
+        inline: bool | None = None,
     ) -> Callable[[], None]:
         """Add ``handler`` for ``event``; lower priority runs first. Returns its unregister.
 
-        A synchronous handler runs in a worker thread, so a slow one cannot freeze the
-        loop; ``inline=True`` calls it on the loop instead (only for a handler that never
-        blocks, such as one that puts the data on a stream).
+        A plain (synchronous) handler is called on the loop: keep it cheap (observe,
+        mutate, schedule). One that blocks by nature (a network call, a lock held by
+        another thread) is registered with ``blocking=True`` and runs in a worker thread.
+        ``timeout`` (seconds) bounds the wait for an async or blocking handler; when it
+        expires the handler has failed: on a gate event the emit denies, naming it.
+        ``inline`` is the deprecated spelling of the old default (``inline=False`` is
+        ``blocking=True``).
         """
+        if inline is not None:
+            warnings.warn(
+                "HookRegistry.register(inline=...) is deprecated: plain handlers run inline; "
+                "pass blocking=True for one that blocks",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            blocking = blocking or not inline
+        is_async = _is_async(handler)
+        _check_options(handler, is_async=is_async, blocking=blocking, timeout=timeout)
         seq = next(self._seq)
         entry = _Entry(
             priority=priority,
             seq=seq,
             name=name or f"_auto_{event}_{seq}",
             handler=handler,
-            is_async=_is_async(handler),
+            is_async=is_async,
             module=current_module(),
-            inline=inline,
+            blocking=blocking and not is_async,
+            timeout=None if timeout is None else float(timeout),
         )
         entries = list(self._handlers.get(event, ()))
         insort(entries, entry)
@@ -136,6 +169,27 @@ class HookRegistry:
                 self._handlers[event] = tuple(e for e in entries if e is not entry)
 
         return unregister
+
+    @property
+    def slow_handler(self) -> float:
+        """Seconds an inline handler may hold the loop before it is reported (default 0.1).
+
+        A handler over the bound is reported once: a warning log naming it and a
+        ``hook:slow`` event (``handler``, ``module``, ``event``, ``seconds``).
+        """
+        return self._slow_handler
+
+    @slow_handler.setter
+    def slow_handler(self, seconds: float) -> None:
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+            or seconds < 0
+        ):
+            msg = f"slow_handler: expected a finite number of seconds >= 0, got {seconds!r}"
+            raise ConfigError(msg)
+        self._slow_handler = float(seconds)
 
     on = register
 
@@ -198,7 +252,7 @@ class HookRegistry:
             current["timestamp"] = _milli_clock(now)
         reducer: _Reduction | None = None  # only built once a handler does more than continue
         for entry in entries:  # an immutable snapshot: see __init__
-            if entry.is_async:  # the common case, inlined: one coroutine frame less
+            if entry.is_async and entry.timeout is None:  # the common case, inlined
                 try:
                     got = await entry.handler(event, current)  # type: ignore[misc]
                 except Exception as exc:  # noqa: BLE001 - logged, and a deny on a gate
@@ -207,7 +261,7 @@ class HookRegistry:
                     continue
                 result = got if type(got) is HookResult else _answer(entry, event, got)
             else:
-                result = await _call(entry, event, current)
+                result = await self._call(entry, event, current)
             if result is None or result.action == "continue":
                 continue
             if reducer is None:
@@ -240,7 +294,7 @@ class HookRegistry:
         rest = iter(entries)
         for entry in rest:
             try:
-                await _call(entry, event, current)
+                await self._call(entry, event, current)
             except anyio.get_cancelled_exc_class() as exc:
                 cancelled = exc
                 break
@@ -248,7 +302,7 @@ class HookRegistry:
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(timeout) as bound:
             for entry in rest:
-                await _call(entry, event, current)
+                await self._call(entry, event, current)
         if bound.cancelled_caught:
             logger.error("%s: its handlers did not all finish within %s s", event, timeout)
         raise cancelled
@@ -282,7 +336,7 @@ class HookRegistry:
         collected: list[HookAnswer] = []
         for entry in tuple(self._handlers.get(event, ())):
             with anyio.move_on_after(timeout) as scope:
-                result = await _call(entry, event, data, collecting=True)
+                result = await self._call(entry, event, data, collecting=True)
             if scope.cancelled_caught:
                 logger.warning("hook %s timed out after %ss on %s", entry.name, timeout, event)
             elif result is not None and result is not _FAILED:
@@ -292,6 +346,52 @@ class HookRegistry:
         if answers:
             return collected
         return [a.result.data for a in collected if a.result.data is not None]
+
+    async def _call(
+        self, entry: _Entry, event: str, data: dict[str, Any], *, collecting: bool = False
+    ) -> HookResult | None:
+        """Run one handler: a plain one inline (timed), a blocking one in a worker thread.
+
+        A failure on a gate event denies; elsewhere it is skipped (`_failed`). So does a
+        ``timeout`` that expires. An answer that is not our HookResult is converted (an
+        amplifier-core HookResult, a dict with ``action``); one that cannot be converted,
+        or whose reading raises, is treated as a failure.
+        """
+        try:
+            if entry.inline:
+                started = time.perf_counter()
+                result = entry.handler(event, data)
+                held = time.perf_counter() - started
+                if held > self._slow_handler and entry.seq not in self._reported_slow:
+                    await self._report_slow(entry, event, held)
+            elif entry.timeout is None:
+                result = await _invoke(entry, event, data)
+            else:
+                with anyio.move_on_after(entry.timeout) as bound:
+                    result = await _invoke(entry, event, data)
+                if bound.cancelled_caught:
+                    return _timed_out(entry, event, collecting=collecting)
+            if inspect.isawaitable(result):  # a plain function that returned a coroutine
+                result = await result
+        except Exception as exc:  # noqa: BLE001 - logged, and a deny on a gate
+            return _failed(entry, event, exc, collecting=collecting)
+        if result is None or isinstance(result, HookResult):
+            return result
+        return _answer(entry, event, result, collecting=collecting)
+
+    async def _report_slow(self, entry: _Entry, event: str, held: float) -> None:
+        """Name a plain handler that held the loop too long, once (log and ``hook:slow``)."""
+        self._reported_slow.add(entry.seq)
+        logger.warning(
+            "%s held the event loop for %.3f s on %s (slow_handler: %s s); a handler that "
+            "blocks by nature is registered with blocking=True",
+            entry.label,
+            held,
+            event,
+            self._slow_handler,
+        )
+        data = {"handler": entry.name, "module": entry.module, "event": event, "seconds": held}
+        await self.emit(HOOK_SLOW, data)
 
 
 _second_text: tuple[int, str] = (-1, "")
@@ -351,33 +451,48 @@ def _is_async(handler: Any) -> bool:
 
 
 _FAILED = HookResult(action="continue", reason="the handler failed")
-"""What `_call` gives for a handler that failed on an observe-only event (skipped)."""
+"""What `HookRegistry._call` gives for a handler that failed on an observe-only event (skipped)."""
 
 
-async def _call(
-    entry: _Entry, event: str, data: dict[str, Any], *, collecting: bool = False
-) -> HookResult | None:
-    """Run one handler (a synchronous one in a worker thread unless ``inline``).
+async def _invoke(entry: _Entry, event: str, data: dict[str, Any]) -> Any:
+    """An async handler awaited, a blocking one in a worker thread (its answer as is)."""
+    if entry.is_async:
+        return await entry.handler(event, data)  # type: ignore[misc]
+    return await run_blocking(entry.handler, event, data)
 
-    A failure on a gate event denies; elsewhere it is skipped (`_failed`). An answer
-    that is not our HookResult is converted (an amplifier-core HookResult, a dict with
-    ``action``); one that cannot be converted is treated as a failure.
-    """
-    try:
-        if entry.is_async:
-            result = await entry.handler(event, data)  # type: ignore[misc]
-        else:
-            if entry.inline:
-                result = entry.handler(event, data)
-            else:
-                result = await run_blocking(entry.handler, event, data)
-            if inspect.isawaitable(result):
-                result = await result
-    except Exception as exc:  # noqa: BLE001 - logged, and a deny on a gate
-        return _failed(entry, event, exc, collecting=collecting)
-    if result is None or isinstance(result, HookResult):
-        return result
-    return _answer(entry, event, result, collecting=collecting)
+
+def _check_options(
+    handler: Handler, *, is_async: bool, blocking: bool, timeout: float | None
+) -> None:
+    """Reject a registration whose options cannot mean anything (ConfigError)."""
+    if not callable(handler):
+        msg = f"handler: expected a callable, got {handler!r}"
+        raise ConfigError(msg)
+    if not isinstance(blocking, bool):
+        msg = f"blocking: expected True or False, got {blocking!r}"
+        raise ConfigError(msg)
+    if timeout is None:
+        return
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        msg = f"timeout: expected a finite number of seconds > 0, got {timeout!r}"
+        raise ConfigError(msg)
+    if not is_async and not blocking:
+        msg = (
+            "timeout: a plain handler runs inline and cannot be interrupted; "
+            "register it with blocking=True (a worker thread) or make it async"
+        )
+        raise ConfigError(msg)
+
+
+def _timed_out(entry: _Entry, event: str, *, collecting: bool = False) -> HookResult:
+    """A handler past its ``timeout``: a deny naming it on a gate event, else skipped."""
+    exc = TimeoutError(f"no answer within {entry.timeout:g} s")
+    return _failed(entry, event, exc, collecting=collecting)
 
 
 def _failed(
@@ -406,7 +521,7 @@ def _answer(
         return result
     try:
         return hook_result_of(result, origin=f"{entry.label} on {event}")
-    except ForeignModuleError as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure to read the answer is the hook's
         return _failed(entry, event, exc, collecting=collecting)
 
 

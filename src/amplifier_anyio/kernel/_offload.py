@@ -6,19 +6,20 @@ which then finishes on its own. Callers bound the wait with their own timeout an
 their fail-closed default when it expires.
 
 `BlockingLane` is for OS work under a shield (a write, an fsync, a rename): calls run
-one at a time, in order, each in a worker thread. A caller that stops waiting (its bound
+one at a time, in order, each in a daemon thread. A caller that stops waiting (its bound
 expired) leaves its call running; the next call waits for it first, so two writes to one
-file never interleave however long one is stuck.
+file never interleave however long one is stuck, and a call stuck for good neither hangs
+its thread on a stopped loop nor holds the process at exit.
 """
 
 from __future__ import annotations
 
-import contextlib
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio
-import anyio.from_thread
+import anyio.lowlevel
 import anyio.to_thread
 
 __all__ = ("run_blocking", "BlockingLane")
@@ -42,42 +43,76 @@ async def run_blocking(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class BlockingLane:
-    """Blocking calls one at a time, in worker threads, each abandonable by its caller."""
+    """Blocking calls one at a time, in daemon threads, each abandonable by its caller.
+
+    The call runs in a daemon thread of its own and never calls back into the event
+    loop: it only sets a thread-safe flag when it ends. So a call that was given up on
+    (an fsync stuck past its bound) can neither block waiting for a loop that has stopped,
+    nor keep the interpreter from exiting. The loop side waits for the flag in short
+    slices in a worker thread, each of which ends on its own.
+    """
 
     def __init__(self) -> None:
-        self._idle: anyio.Event | None = None  # set when the call in flight ends
+        self._current: _LaneCall | None = None
 
     @property
     def busy(self) -> bool:
         """Whether a call (perhaps one its caller gave up on) is still running."""
-        return self._idle is not None and not self._idle.is_set()
+        return self._current is not None and not self._current.done.is_set()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Wait for the call in flight, then run ``fn(*args)`` in a worker thread.
+        """Wait for the call in flight, then run ``fn(*args)`` in a daemon thread.
 
         A cancel stops the wait; the call then finishes in its thread (and the lane stays
         busy until it has). Its exception, if it raises after being abandoned, is lost:
         callers that abandon a call treat its outcome as unknown.
         """
-        while self.busy:
-            assert self._idle is not None
-            await self._idle.wait()
-        idle = self._idle = anyio.Event()
+        previous = self._current
+        if previous is not None:
+            await previous.wait()
+        call = self._current = _LaneCall(fn, args)
+        call.start()
+        await call.wait()
+        return call.outcome()
+
+
+_SLICE = 0.25
+"""Seconds one worker-thread wait for a lane call lasts: an abandoned wait ends by then."""
+
+
+class _LaneCall:
+    """One blocking call in a daemon thread, its outcome and a flag set when it ends."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn = fn
+        self.args = args
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        name = f"amplifier-anyio lane: {getattr(self.fn, '__name__', 'call')}"
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
         try:
-            value: T = await anyio.to_thread.run_sync(
-                _signalling, fn, args, idle, abandon_on_cancel=True
-            )
-        except anyio.get_cancelled_exc_class():
-            raise  # the thread goes on and sets ``idle`` when it ends
-        except BaseException:
-            idle.set()  # it ended (with an exception); the thread did not reach set()
-            raise
-        return value
+            self.value = self.fn(*self.args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller by outcome()
+            self.error = exc
+        finally:
+            self.done.set()
 
+    async def wait(self) -> None:
+        """Until the call ended (a cancel stops the wait, never the call)."""
+        done = self.done
+        if done.is_set():
+            await anyio.lowlevel.checkpoint()
+            return
+        while not await anyio.to_thread.run_sync(done.wait, _SLICE, abandon_on_cancel=True):
+            pass
 
-def _signalling(fn: Callable[..., T], args: tuple[Any, ...], idle: anyio.Event) -> T:
-    try:
-        return fn(*args)
-    finally:
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
-            anyio.from_thread.run_sync(idle.set)
+    def outcome(self) -> Any:
+        if self.error is not None:
+            error, self.error = self.error, None  # no reference cycle through the traceback
+            raise error
+        return self.value

@@ -34,6 +34,7 @@ placeholders.
 
 from __future__ import annotations
 
+import heapq
 import inspect
 import json
 import logging
@@ -139,6 +140,10 @@ class ToolBatch:
     """A KeyboardInterrupt / SystemExit a call raised: the batch stops, writes its
     results, then raises it (never from inside a task, where asyncio would stop its loop)."""
     _group: anyio.CancelScope | None = attrs.field(init=False, default=None)
+    _finishing: _SameInstant | None = attrs.field(init=False, default=None)
+    """Orders the tool:post / tool:error of calls that finish at one instant."""
+    _turns: list[anyio.Event] | None = attrs.field(init=False, default=None)
+    """Per call index: set once the call before it has emitted ``tool:pre`` (_in_turn)."""
     _claims: ClaimTable | None = attrs.field(init=False, default=None)
     """Who waits for whom, in a parallel batch whose tools declare claims (_claims.py)."""
     _build_context: Callable[..., ToolCallContext] = attrs.field(init=False)
@@ -260,21 +265,60 @@ class ToolBatch:
         claims = self._claims = claim_table(
             self.calls, self.tools, self.hooks, self.parallel_group_id
         )
+        if self.hooks.has_handlers(TOOL_PRE):
+            # tool:pre in call order (the calls still run in parallel): see _in_turn
+            self._turns = [anyio.Event() for _ in self.calls]
+            self._turns[0].set()
+        if self.hooks.has_handlers(TOOL_POST) or self.hooks.has_handlers(TOOL_ERROR):
+            self._finishing = _SameInstant()
         async with anyio.create_task_group() as tg:
             self._group = tg.cancel_scope
             if claims is not None:  # calls may wait for earlier ones: see _claims.py
                 limit = self.config.max_parallel_tools
                 limiter = None if limit is None else anyio.CapacityLimiter(limit)
                 for index, call in enumerate(self.calls):
-                    tg.start_soon(claims.run, self._execute, index, call, limiter)
+                    self._spawn(tg, index, claims.run, self._execute, index, call, limiter)
                 return
             if self.config.max_parallel_tools is None:
                 for index, call in enumerate(self.calls):
-                    tg.start_soon(self._execute, index, call)
+                    self._spawn(tg, index, self._execute, index, call)
                 return
             limiter = anyio.CapacityLimiter(self.config.max_parallel_tools)
             for index, call in enumerate(self.calls):
-                tg.start_soon(self._run_limited, index, call, limiter)
+                self._spawn(tg, index, self._run_limited, index, call, limiter)
+
+    def _spawn(
+        self,
+        tg: anyio.abc.TaskGroup,
+        index: int,
+        run: Callable[..., Awaitable[None]],
+        *args: Any,
+    ) -> None:
+        if self._turns is None:
+            tg.start_soon(run, *args)
+        else:
+            tg.start_soon(self._in_turn, index, run, args)
+
+    async def _in_turn(
+        self, index: int, run: Callable[..., Awaitable[None]], args: tuple[Any, ...]
+    ) -> None:
+        """Start a call once the call before it has started to emit its ``tool:pre``.
+
+        The scheduler picks the order in which a batch's tasks start (trio shuffles it on
+        purpose); waiting here, before any seat or claim is taken, makes the ``tool:pre``
+        events of a batch arrive in call order on every run, and cannot deadlock: a call
+        only ever waits for earlier ones. The wait ends at the earlier call's event, not
+        at its tool: the tools still run in parallel.
+        """
+        assert self._turns is not None
+        await self._turns[index].wait()
+        await run(*args)
+
+    def _pass_turn(self, index: int) -> None:
+        """Let the next call of the batch emit its ``tool:pre`` (idempotent)."""
+        turns = self._turns
+        if turns is not None and index + 1 < len(turns):
+            turns[index + 1].set()
 
     async def _run_limited(
         self, index: int, call: ToolCall, limiter: anyio.CapacityLimiter
@@ -324,7 +368,9 @@ class ToolBatch:
             "index": index,
         }
 
-    async def _emit(self, event: str, data: dict[str, Any], name: str) -> HookResult:
+    async def _emit(
+        self, event: str, data: dict[str, Any], name: str, turn: int | None = None
+    ) -> HookResult:
         """Emit an event whose handlers exist (callers check, to skip building the payload).
 
         An injection is held until the batch's results are written: persisted at once it
@@ -333,6 +379,10 @@ class ToolBatch:
         apply) and it is held only once the coordinator accepted it, so an oversized one
         never reaches the context or a request.
         """
+        if turn is not None:
+            # The next call starts its emit once this one yields: emits start in call
+            # order, and a gate hook that awaits does not hold the calls after it.
+            self._pass_turn(turn)
         result: HookResult = await self.hooks.emit(event, data)
         if result.action == "ask_user" and data.get("tool_call_id") in self.approved:
             result = attrs.evolve(result, action="continue")  # allowed after its deferral
@@ -377,7 +427,7 @@ class ToolBatch:
             tool_input, problem = _decode_arguments(call.arguments)
             if self.hooks.has_handlers(TOOL_PRE):
                 payload = self._payload(index, call, tool_input)
-                pre = await self._emit(TOOL_PRE, payload, call.name)
+                pre = await self._emit(TOOL_PRE, payload, call.name, index)
                 if pre.action == "deny":
                     self._slots[index] = f"Denied by hook: {pre.reason or 'no reason given'}"
                     self.succeeded[index] = False
@@ -386,6 +436,7 @@ class ToolBatch:
                     changed = _field(pre.data, "tool_input", tool_input)
                     if changed != tool_input:  # unchanged: keep the provider's own reason
                         tool_input, problem = _decode_arguments(changed)
+            self._pass_turn(index)
             tool = self.tools.get(call.name)
             if tool is None:
                 message = f"Tool '{call.name}' not found"
@@ -444,6 +495,7 @@ class ToolBatch:
             logger.warning("tool call %s (%s) failed: %r", call.id, call.name, exc)
             await self._error(index, call, type(exc).__name__, str(exc) or repr(exc))
         finally:
+            self._pass_turn(index)
             self._token.register_tool_complete(call.id)
 
     async def _invoke(
@@ -582,6 +634,8 @@ class ToolBatch:
         self._slots[index] = _content_of(result)
         self.succeeded[index] = False
         if self.hooks.has_handlers(TOOL_ERROR):
+            if self._finishing is not None:
+                await self._finishing.in_call_order(index)
             data = self._payload(index, call, None)
             del data["tool_input"]
             await self.hooks.emit(TOOL_ERROR, {**data, "error": {"type": kind, "msg": message}})
@@ -600,6 +654,8 @@ class ToolBatch:
             sent = unstructure(result)
         payload = self._payload(index, call, tool_input)
         payload["result"] = sent
+        if self._finishing is not None:
+            await self._finishing.in_call_order(index)
         post = await self._emit(TOOL_POST, payload, call.name)
         if post.action == "deny" or post.data is None:
             return None
@@ -613,6 +669,34 @@ class ToolBatch:
         except (TypeError, ValueError) as exc:
             msg = f"a tool:post hook gave a result that is not JSON: {exc}"
             raise TypeError(msg) from exc
+
+
+class _SameInstant:
+    """Calls of a batch that finish at one instant emit in call order.
+
+    Calls that finish at one instant (tools that sleep alike under a virtual clock, or
+    answer at once) are woken together, and the scheduler runs them in any order (trio
+    shuffles on purpose). Each finished call yields once, so that every call finishing
+    in that instant joins the queue, then the lowest index goes first. A call never
+    waits for one that has not finished: a slow sibling holds nobody.
+    """
+
+    def __init__(self) -> None:
+        self._ready: list[int] = []  # a heap of call indices
+        self._changed = anyio.Event()
+
+    async def in_call_order(self, index: int) -> None:
+        heapq.heappush(self._ready, index)
+        try:
+            await anyio.lowlevel.checkpoint()  # the others of this instant join the queue
+            while self._ready[0] != index:
+                await self._changed.wait()
+        finally:
+            # Whether it goes on or was cancelled, it leaves the queue; the next may go.
+            self._ready.remove(index)
+            heapq.heapify(self._ready)
+            self._changed.set()
+            self._changed = anyio.Event()
 
 
 def _journal_of(context: Any) -> ToolJournal | None:

@@ -446,7 +446,9 @@ async def check_hook(
     def capture(
         event: str, handler: Any, priority: int = 0, name: str | None = None, **options: Any
     ) -> Any:
-        registered.append((event, handler, bool(options.get("inline"))))
+        inline = options.get("inline")
+        blocking = bool(options.get("blocking")) or inline is False
+        registered.append((event, handler, blocking))
         return register(event, handler, priority, name, **options)
 
     hooks.register = capture  # type: ignore[method-assign]
@@ -460,8 +462,8 @@ async def check_hook(
             hooks.register = register  # type: ignore[method-assign]
             _require(registered, "hook.registers", "mount() registered no handler")
             data = {**_PAYLOAD, **(payload or {})}
-            for event, handler, inline in registered:
-                await _check_handler(event, handler, data, inline=inline)
+            for event, handler, blocking in registered:
+                await _check_handler(event, handler, data, blocking=blocking)
             if callable(cleanup):
                 await _call_inline(cleanup)
                 left = {
@@ -481,11 +483,11 @@ async def check_hook(
         raise failure
 
 
-async def _check_handler(event: str, handler: Any, data: dict[str, Any], *, inline: bool) -> None:
+async def _check_handler(event: str, handler: Any, data: dict[str, Any], *, blocking: bool) -> None:
     what = f"the handler of {event!r}"
     payload = {**data, "event": event}
-    # As the registry runs it: a synchronous handler in a worker thread unless ``inline``.
-    call = _call_inline if inline or _is_async(handler) else _call
+    # As the registry runs it: a plain handler on the loop unless registered ``blocking``.
+    call = _call if blocking and not _is_async(handler) else _call_inline
     try:
         answer = await _bounded("hook.timely", what, lambda: call(handler, event, payload))
     except ConformanceError:
