@@ -40,6 +40,7 @@ from ..errors import ConfigError
 from ..events import TASK_AGENT_COMPLETED, TASK_AGENT_RESUMED, TASK_AGENT_SPAWNED
 from ..kernel._tracing import current_tool_call
 from ..models import ToolResult
+from ..runtime._progress import NO_PROGRESS_FINISH_REASON
 
 __all__ = ("TaskTool", "mount", "CONFIG_SCHEMA", "recent_turns")
 
@@ -225,9 +226,12 @@ class TaskTool:
                 await hooks.emit(TASK_AGENT_COMPLETED, ended)
             raise
         status = str(answer.get("status", "success"))
+        # a child stopped for repeating a failing call failed its task (its parent's
+        # no-progress watch then sees a delegation that keeps failing the same way)
+        stuck = answer.get("finish_reason") == NO_PROGRESS_FINISH_REASON
         ended.update(
             agent=agent or _agent_in(child_id),
-            success=status in _OK,
+            success=status in _OK and not stuck,
             status=status,
             turn_count=answer.get("turn_count"),
             usage=answer.get("usage"),
@@ -241,12 +245,13 @@ class TaskTool:
         }
         if status != "success":
             output["status"] = status
-        if status in _OK:
+        if status in _OK and not stuck:
             return ToolResult(output=output)
+        why = f"{status} ({NO_PROGRESS_FINISH_REASON})" if stuck else status
         return ToolResult(
             success=False,
             output=output,
-            error={"message": f"the agent's turn ended {status}", "type": "DelegationError"},
+            error={"message": f"the agent's turn ended {why}", "type": "DelegationError"},
         )
 
 
