@@ -226,7 +226,7 @@ class Turn:
             if self.status is TurnStatus.CANCELLED and self.handle.budget.exhausted is not None:
                 # this turn's own budget ran out (_budget): not a cancel someone asked for
                 self.status, self.finish_reason = TurnStatus.INCOMPLETE, BUDGET_FINISH_REASON
-                self.problems.append(f"budget: {self.handle.budget.exhausted}")
+                self.problems.append(f"budget: {self.handle.budget.report()}")
             elif self.halted is not None and self.status is not TurnStatus.ERROR:
                 self.status, self.finish_reason = TurnStatus.INCOMPLETE, self.halted
             await self._finish()
@@ -395,6 +395,12 @@ class Turn:
         }
         if reminder:
             payload["max_reached"] = True
+        if self.handle.budget.over is not None:
+            # a spent budget here or above: no call starts (the turn owning the limit was
+            # cancelled when it ran out, and this scope is inside it)
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            self.status = TurnStatus.CANCELLED
+            return None
         requested = await self.hook(PROVIDER_REQUEST, payload)
         if requested.action == "deny":
             self.deny(requested)
@@ -412,8 +418,9 @@ class Turn:
             await self.hooks.emit(PROVIDER_ERROR, error_payload(self.provider_name, exc))
             raise
         if response.usage is not None:
-            self.usage = self.usage + response.usage
-            self.handle.budget.charge_usage(response.usage, self._cost(request, response))
+            usage = self._priced(request, response)
+            self.usage = self.usage + usage
+            self.handle.budget.charge_usage(usage, float(usage.cost_usd or 0))
         if self.hooks.has_handlers(PROVIDER_CACHE):  # which part of the prompt prefix changed
             await report_cache(self, request, response, module=provider)
         self.finish_reason = response.finish_reason
@@ -433,19 +440,22 @@ class Turn:
         )
         return response
 
-    def _cost(self, request: ChatRequest, response: ChatResponse) -> float:
-        """The dollars of a call: the provider's own ``cost_usd`` (its ``pricing`` table,
-        by model), else the price its plan entry's ``pricing`` gives (a provider that does
-        not price, an upstream one), by the same rules; 0 without a price."""
+    def _priced(self, request: ChatRequest, response: ChatResponse) -> Usage:
+        """A call's usage with its dollars: the provider's own ``cost_usd`` (its ``pricing``
+        table, by model), else the price its plan entry's ``config.pricing`` gives (a
+        provider that does not price, an upstream one), by the same rules; without a price
+        ``cost_usd`` stays None (and the budget charges 0)."""
         usage = response.usage
-        if usage is not None and usage.cost_usd is None:
+        assert usage is not None
+        if usage.cost_usd is None:
             spec = self.coordinator.provider_specs.get(self.provider_name)
             table = PriceTable.from_config(spec.config.get("pricing") if spec else None)
             answered = (response.metadata or {}).get("model")
-            usage = table.priced(
+            priced = table.priced(
                 usage, request.model, answered if isinstance(answered, str) else None
             )
-        return float(usage.cost_usd or 0) if usage is not None else 0.0
+            usage = priced if priced is not None else usage
+        return usage
 
     async def _request(
         self, provider: Provider, *, with_tools: bool, reminder: bool
