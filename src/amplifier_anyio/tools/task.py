@@ -38,6 +38,7 @@ import anyio
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError
 from ..events import TASK_AGENT_COMPLETED, TASK_AGENT_RESUMED, TASK_AGENT_SPAWNED
+from ..kernel._agents import agent_of_child_id
 from ..kernel._tracing import current_tool_call
 from ..models import ToolResult
 from ..runtime._progress import NO_PROGRESS_FINISH_REASON
@@ -190,7 +191,7 @@ class TaskTool:
         child_id = resume_id or await self._new_id(str(agent))
         call = current_tool_call()
         started: dict[str, Any] = {
-            "agent": agent,
+            "agent": agent or _agent_in(child_id),
             "sub_session_id": child_id,
             "parent_session_id": parent_id,
             "tool_call_id": call.tool_call_id if call is not None else None,
@@ -230,7 +231,7 @@ class TaskTool:
         # no-progress watch then sees a delegation that keeps failing the same way)
         stuck = answer.get("finish_reason") == NO_PROGRESS_FINISH_REASON
         ended.update(
-            agent=agent or _agent_in(child_id),
+            agent=started["agent"],
             success=status in _OK and not stuck,
             status=status,
             turn_count=answer.get("turn_count"),
@@ -255,8 +256,8 @@ class TaskTool:
         )
 
 
-def _agent_in(child_id: str) -> str:
-    return child_id.rpartition("_")[2]
+def _agent_in(child_id: str) -> str | None:
+    return agent_of_child_id(child_id)
 
 
 def _failure(message: str) -> ToolResult:
