@@ -108,3 +108,39 @@ async def test_a_resumed_child_is_reported_under_its_whole_agent_name() -> None:
     assert [e["agent"] for e in of(recorder, TASK_AGENT_RESUMED)] == ["code_reviewer"]
     completed = of(recorder, TASK_AGENT_COMPLETED)
     assert [e["agent"] for e in completed] == ["code_reviewer", "code_reviewer"]
+
+
+async def test_a_cancel_while_an_observer_handles_the_spawn_keeps_agent_completed() -> None:
+    completed: list[dict[str, object]] = []
+    handling = anyio.Event()
+
+    async def slow_observer(event: str, data: dict[str, object]) -> None:
+        handling.set()
+        await anyio.sleep_forever()
+
+    async def record(event: str, data: dict[str, object]) -> None:
+        completed.append(data)
+
+    children = Children({"researcher": [answer("never")]})
+    parent = ScriptedProvider(parent_reply(calls(task("researcher"))))
+    async with AmplifierSession(plan()) as session:
+        session.coordinator.hooks.register(TASK_AGENT_SPAWNED, slow_observer)
+        session.coordinator.hooks.register(TASK_AGENT_COMPLETED, record)
+        session.child_setup.append(children)
+        await session.coordinator.mount("providers", parent, name="scripted")
+        outcome: list[object] = []
+        with anyio.fail_after(HANG_GUARD):
+            async with anyio.create_task_group() as tg:
+
+                async def run() -> None:
+                    outcome.append(await session.run("go"))
+
+                tg.start_soon(run)
+                await handling.wait()
+                assert session.cancel(immediate=True)
+
+    [result] = outcome
+    assert result.status is TurnStatus.CANCELLED  # type: ignore[attr-defined]
+    [ended] = completed
+    assert ended["status"] == "cancelled"
+    assert ended["tool_call_id"] == "c0"

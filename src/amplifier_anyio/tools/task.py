@@ -197,12 +197,14 @@ class TaskTool:
             "tool_call_id": call.tool_call_id if call is not None else None,
         }
         hooks = coordinator.hooks
-        if resume_id:
-            await hooks.emit(TASK_AGENT_RESUMED, {**started, "session_id": child_id})
-        else:
-            await hooks.emit(TASK_AGENT_SPAWNED, started)
         ended: dict[str, Any] = {**started, "success": False, "status": "cancelled"}
         try:
+            # inside the try: a cancel while an observer handles the start still closes
+            # the pair with task:agent_completed
+            if resume_id:
+                await hooks.emit(TASK_AGENT_RESUMED, {**started, "session_id": child_id})
+            else:
+                await hooks.emit(TASK_AGENT_SPAWNED, started)
             if resume_id:
                 answer = await run(sub_session_id=resume_id, instruction=instruction)
             else:
