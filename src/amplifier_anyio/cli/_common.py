@@ -11,8 +11,10 @@ import functools
 import importlib.util
 import json
 import logging
+import math
 import sys
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -293,19 +295,46 @@ def _jsonable(value: Any) -> Any:
 
 
 def turn_json(result: TurnResult, session_id: str) -> dict[str, Any]:
-    """``--json``: a TurnResult as a JSON-ready dict, with the session's id."""
+    """``--json``: a TurnResult as a JSON-ready dict, with the session's id.
+
+    Every value is plain JSON: dollars (``usage.cost_usd``, a `Decimal`) are their exact
+    text, a pending call's input is made plain the same way (`json_ready`).
+    """
     error = result.error
     return {
         "session_id": session_id,
         "status": str(result.status),
         "text": result.text,
         "turn_count": result.turn_count,
-        "usage": attrs.asdict(result.usage),
+        "usage": json_ready(attrs.asdict(result.usage)),
         "finish_reason": result.finish_reason,
         "trace_id": result.trace_id,
         "error": None
         if error is None
         else {"type": type(error).__name__, "message": one_line(str(error))},
-        "problems": list(result.problems),
-        "pending_approvals": [attrs.asdict(p) for p in result.pending_approvals],
+        "problems": [str(p) for p in result.problems],
+        "pending_approvals": [json_ready(attrs.asdict(p)) for p in result.pending_approvals],
     }
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` as what `json.dumps` takes: a `Decimal` as its exact text, an attrs value
+    as its fields, tuples and sets as lists, bytes as text, mapping keys as text, and any
+    other object as its ``str()``."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((json_ready(v) for v in value), key=repr)
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    if attrs.has(type(value)):
+        return json_ready(unstructure(value))
+    return str(value)

@@ -27,8 +27,9 @@ value — is the project's one line, ``error: …`` on stderr and exit 2, not Ty
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,11 +40,12 @@ import typer.main
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
 try:  # Typer 0.29 carries its own click
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, NoSuchOption
 except ImportError:  # pragma: no cover - a Typer on the click package
     from click.exceptions import (  # type: ignore[assignment]
         ClickException,
         NoArgsIsHelpError,
+        NoSuchOption,
     )
 
 __all__ = ("LazyCommand", "lazy_group", "plain_params", "one_line_usage_errors")
@@ -173,6 +175,8 @@ def one_line_usage_errors() -> Iterator[None]:
     except NoArgsIsHelpError:
         raise  # no arguments at all: the help, as Typer shows it
     except ClickException as exc:
+        if isinstance(exc, NoSuchOption) and exc.possibilities:
+            exc.possibilities = _close(exc.option_name, exc.possibilities)
         message = " ".join(exc.format_message().split()).rstrip(".")
         if message[:2].istitle():  # "Missing argument", not "ID ..."
             message = message[0].lower() + message[1:]
@@ -181,6 +185,13 @@ def one_line_usage_errors() -> Iterator[None]:
             message += f" — try '{ctx.command_path} --help'"
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(exc.exit_code) from None
+
+
+def _close(name: str, options: Iterable[str]) -> list[str]:
+    """The options close enough to ``name`` to suggest (their names without dashes at
+    least 70 % alike: ``--strcit`` → ``--strict``, but ``--frobnicate`` → none)."""
+    bare = name.lstrip("-")
+    return [o for o in options if difflib.SequenceMatcher(None, bare, o.lstrip("-")).ratio() >= 0.7]
 
 
 # -- parameters without pydantic -------------------------------------------------------------

@@ -41,6 +41,7 @@ from ..events import (
     TASK_AGENT_RESUMED,
     TASK_AGENT_SPAWNED,
 )
+from ..kernel._agents import agent_of_child_id
 from ..kernel._mount_plan import MountPlan
 from ..kernel._session import AmplifierSession
 from ..kernel._turns import PendingApproval, TurnStatus
@@ -503,6 +504,12 @@ class _Repl:
         say(f"(saved {len(messages)} messages to {path})")
 
 
+def _agent_named(data: dict[str, Any]) -> str:
+    """The agent of a ``task:*`` event without one: the whole name its child id ends in."""
+    child_id = str(data.get("sub_session_id", "?"))
+    return agent_of_child_id(child_id) or child_id
+
+
 def _show_agents(session: AmplifierSession) -> None:
     """Sub-agent activity, one short line as each starts and ends, indented by depth:
     ``  ↳ researcher started`` … ``  ↳ researcher done: success, 2 calls, 1 234 tokens``."""
@@ -510,13 +517,13 @@ def _show_agents(session: AmplifierSession) -> None:
     hooks = session.coordinator.hooks
 
     def started(event: str, data: dict[str, Any]) -> HookResult:
-        agent = data.get("agent") or str(data.get("sub_session_id", "?")).rpartition("_")[2]
+        agent = data.get("agent") or _agent_named(data)
         verb = "resumed" if event == TASK_AGENT_RESUMED else "started"
         say(f"{indent}↳ {agent} {verb}")
         return HookResult()
 
     def completed(event: str, data: dict[str, Any]) -> HookResult:
-        agent = data.get("agent") or str(data.get("sub_session_id", "?")).rpartition("_")[2]
+        agent = data.get("agent") or _agent_named(data)
         if data.get("error"):
             say(f"{indent}↳ {agent} failed: {one_line(str(data['error']))}")
             return HookResult()

@@ -111,6 +111,16 @@ _OWN_TABLES = ("session", "orchestrator", "context")  # a child's copies (small,
 _PERSISTENT = "context-persistent"
 _MESSAGES_FILE = "context-messages.jsonl"  # context-persistent's name inside a session dir
 _SPAN = re.compile(r"^[0-9a-f]{16}_(.+)$")
+_LAST_SPAN = re.compile(r".*-[0-9a-f]{16}_(.+)$", re.DOTALL)
+
+
+def agent_of_child_id(child_id: str) -> str | None:
+    """The agent a child id ``{parent}-{span}_{agent}`` names, whole (``code_reviewer``,
+    never ``reviewer``; a grandchild's own agent, not its parent's); None for an id of
+    another shape."""
+    match = _LAST_SPAN.match(child_id)
+    return match.group(1) if match is not None else None
+
 
 ChildSetup = Callable[[Any], Awaitable[None] | None]
 """A host's callback for each child session, once it is opened and before its turn
@@ -493,7 +503,7 @@ class Delegation:
                 "agent %r: use_subprocess is not supported; it runs in-process", agent_name
             )
         del provider_preferences, self_delegation_depth  # see the docstring
-        config = merge_overlay(parent.config, agent)
+        config = _child_config(parent, agent)
         _filtered(config, "tools", tool_inheritance, _modules_of(agent, "tools"))
         _filtered(config, "hooks", hook_inheritance, _modules_of(agent, "hooks"))
         session_table = config.setdefault("session", {})
@@ -537,7 +547,7 @@ class Delegation:
         if agent_name != _SELF and agent_name not in configs:
             raise DelegationError(f"sub-session {sub_session_id!r}: agent {agent_name!r} is gone")
         self._check_depth(parent, agent_name)
-        config = merge_overlay(parent.config, agent)
+        config = _child_config(parent, agent)
         transcript = child_transcript_path(config, sub_session_id)
         if record is None:
             found = transcript is not None and await anyio.Path(transcript).is_file()
@@ -683,6 +693,19 @@ class Delegation:
             "cost_usd": cost_usd,
             "finish_reason": result.finish_reason,
         }
+
+
+def _child_config(parent: Any, agent: Mapping[str, Any]) -> dict[str, Any]:
+    """The child's plan: the parent's with the agent's overlay merged in, its
+    ``max_agent_depth`` never above the parent's (an overlay may lower the limit for its
+    subtree, never raise the root's)."""
+    config = merge_overlay(parent.config, agent)
+    limit = getattr(getattr(parent, "limits", None), "max_agent_depth", DEFAULT_MAX_AGENT_DEPTH)
+    session = config.setdefault("session", {})
+    own = session.get("max_agent_depth", limit)
+    if isinstance(own, int) and not isinstance(own, bool) and own > limit:
+        session["max_agent_depth"] = limit
+    return config
 
 
 def agent_configs_of(session: Any) -> dict[str, dict[str, Any]]:

@@ -11,9 +11,12 @@ meter of the turn it runs in. Everything a turn spends is charged to its meter *
 meter above it*, so a child never spends more than any ancestor has left: its effective limit is
 its own limit or an ancestor's remaining one, whichever runs out first.
 
-- Tokens and dollars are charged after each provider response (dollars only when the
-  provider's plan entry gives ``pricing``); a limit is *reached* once the spending
-  meets it, since the next call could only go over.
+- Tokens and dollars are charged after each provider response (dollars when the provider
+  prices its calls: ``pricing`` in its plan entry's ``config``); a limit is *reached* once
+  the spending meets it, since the next call could only go over.
+- Once a limit is reached no provider call and no tool call starts anywhere below the
+  meter that ran out; calls already in flight finish and are charged, so what a turn
+  spends is at most its limit plus what the calls in flight at that moment cost.
 - Tool calls are charged before a batch runs: a batch that would take the count past the
   limit does not start.
 
@@ -127,7 +130,10 @@ class BudgetMeter:
     below: Usage = attrs.field(factory=Usage)
     """Usage charged by the turns of sub-agents below this one (not by this turn)."""
     exhausted: str | None = None
-    """Which limit ran out (``"max_tokens: 1000 reached (1042 spent)"``), or None."""
+    """Which limit ran out (``"max_tokens: 1000 reached (1042 spent)"``), as it stood when
+    it ran out, or None. [`report`][amplifier_anyio.BudgetMeter.report] gives what was
+    really spent by the end (calls in flight then finish and are counted)."""
+    _limit_hit: str | None = attrs.field(default=None, init=False, repr=False)
 
     def chain(self) -> list[BudgetMeter]:
         """This meter and every one above it, nearest first."""
@@ -148,16 +154,19 @@ class BudgetMeter:
             meter.cost_usd += cost_usd
             if depth:
                 meter.below = meter.below + usage
-            reason = meter._reached()
-            if reason is not None:
+            reached = meter._reached()
+            if reached is not None:
                 crossed = meter
-                crossed._exhaust(reason)
+                crossed._exhaust(*reached)
         return crossed is None
 
     def charge_tool_calls(self, count: int) -> bool:
         """Charge ``count`` tool calls about to run, unless they would take some meter past
         its limit: then nothing is charged, the turn owning the highest such limit is
-        cancelled, and the answer is False."""
+        cancelled, and the answer is False. Once any meter of the chain has run out, no
+        call starts: the answer is False and nothing is charged."""
+        if self.over is not None:
+            return False
         over: BudgetMeter | None = None
         for meter in self.chain():
             limit = meter.limits.max_tool_calls
@@ -166,7 +175,8 @@ class BudgetMeter:
         if over is not None:
             limit = over.limits.max_tool_calls
             over._exhaust(
-                f"max_tool_calls: {limit} reached ({over.tool_calls} run, {count} more asked)"
+                f"max_tool_calls: {limit} reached ({over.tool_calls} run, {count} more asked)",
+                "max_tool_calls",
             )
             return False
         for meter in self.chain():
@@ -204,18 +214,30 @@ class BudgetMeter:
             max_tool_calls=None if calls is None else int(calls),
         )
 
-    def _reached(self) -> str | None:
+    def report(self) -> str | None:
+        """The limit that ran out here with what was really spent under this meter by now
+        (``"max_tokens: 2000 reached (5010 spent)"``): the calls in flight when it ran out
+        finish and are counted. None if none of this meter's limits ran out."""
+        limits = self.limits
+        if self._limit_hit == "max_tokens":
+            return f"max_tokens: {limits.max_tokens} reached ({self.tokens} spent)"
+        if self._limit_hit == "max_cost_usd":
+            return f"max_cost_usd: {limits.max_cost_usd:g} reached ({self.cost_usd:.6g} spent)"
+        return self.exhausted
+
+    def _reached(self) -> tuple[str, str] | None:
         limits = self.limits
         if limits.max_tokens is not None and self.tokens >= limits.max_tokens:
-            return f"max_tokens: {limits.max_tokens} reached ({self.tokens} spent)"
+            return f"max_tokens: {limits.max_tokens} reached ({self.tokens} spent)", "max_tokens"
         if limits.max_cost_usd is not None and self.cost_usd >= limits.max_cost_usd:
-            return f"max_cost_usd: {limits.max_cost_usd:g} reached ({self.cost_usd:.6g} spent)"
+            spent = f"max_cost_usd: {limits.max_cost_usd:g} reached ({self.cost_usd:.6g} spent)"
+            return spent, "max_cost_usd"
         return None
 
-    def _exhaust(self, reason: str) -> None:
+    def _exhaust(self, reason: str, limit: str) -> None:
         if self.exhausted is not None:
             return
-        self.exhausted = reason
+        self.exhausted, self._limit_hit = reason, limit
         if self.on_exhausted is not None:
             self.on_exhausted()
 

@@ -211,7 +211,46 @@ def _unknown_keys(plan: MountPlan) -> list[str]:
         for index, entry in enumerate(entries if isinstance(entries, list) else ()):
             if isinstance(entry, Mapping):
                 where = f"{section}[{index}]"
-                found += [f"{where}: unknown key {k!r}" for k in entry if k not in _ENTRY_KEYS]
+                found += [
+                    f"{where}: unknown key {k!r}"
+                    for k in entry
+                    if k not in _ENTRY_KEYS and not (section == "providers" and k == "pricing")
+                ]
+    return found
+
+
+def _misplaced_pricing(plan: MountPlan) -> list[str]:
+    """``pricing`` beside a provider's ``module`` instead of inside its ``config``: an error
+    that says where it goes (left there, it would price nothing and a dollar budget would
+    never fire)."""
+    entries = plan.raw.get("providers")
+    return [
+        f"providers[{i}].pricing: prices go in the provider's config "
+        f"(providers[{i}].config.pricing), not beside its module"
+        for i, entry in enumerate(entries if isinstance(entries, list) else ())
+        if isinstance(entry, Mapping) and "pricing" in entry
+    ]
+
+
+def _unpriced(plan: MountPlan, field: str) -> list[str]:
+    """A dollar budget counts nothing for a provider without prices: every provider of the
+    plan needs ``config.pricing`` that prices its model (``config.model`` or
+    ``default_model`` when it names one; a table by model needs that key or ``"*"``)."""
+    from ..providers.pricing import PriceTable  # noqa: PLC0415 - only for a dollar budget
+
+    found: list[str] = []
+    for index, spec in enumerate(plan.providers):
+        where = f"providers[{index}].config.pricing"
+        try:
+            table = PriceTable.from_config(spec.config.get("pricing"), where)
+        except ConfigError as exc:
+            found.append(str(exc))
+            continue
+        model = spec.config.get("model") or spec.config.get("default_model")
+        if not table:
+            found.append(f"{field}: provider {spec.module!r} has no prices; give them in {where}")
+        elif isinstance(model, str) and table.price_of(model) is None:
+            found.append(f"{field}: {where} has no price for model {model!r} of {spec.module!r}")
     return found
 
 
@@ -221,10 +260,14 @@ def _check_plan(plan: MountPlan, strict: bool, findings: _Findings, *, agents: b
     and checked with `schema_problems`: sessions and ``validate_plan`` resolve them).
     Errors when ``strict``, warnings otherwise."""
     (findings.errors if strict else findings.warnings).extend(_unknown_keys(plan))
+    findings.errors.extend(_misplaced_pricing(plan))
     try:
-        SessionLimits.from_settings(plan.session_settings)
+        limits = SessionLimits.from_settings(plan.session_settings)
     except ConfigError as exc:
         findings.errors.append(str(exc))
+    else:
+        if limits.budget.max_cost_usd is not None:
+            findings.errors.extend(_unpriced(plan, "session.budget.max_cost_usd"))
     if agents:
         errors, warnings = agent_problems(plan, strict=strict)
         findings.errors.extend(errors)

@@ -18,6 +18,7 @@ from ..errors import ConfigError, ValidationError
 from ..kernel._coordinator import ModuleCoordinator
 from ..models import structure
 from ..models._validators import number
+from ..runtime._progress import no_progress_repeats
 from ..runtime._tool_batch import ToolBatchConfig
 from ..runtime._turn import ToolRunner, Turn, TurnConfig
 
@@ -56,6 +57,10 @@ class LoopBasicConfig:
     extended_thinking: bool = False
     reasoning_effort: str | None = None
     default_provider: str | None = None
+    no_progress: dict[str, Any] | bool | str | None = attrs.field(
+        default=None,
+        metadata={"doc": "repeated failing tool calls: {repeats: 3} (the default) or off"},
+    )
 
     module_id: ClassVar[str] = "loop-basic"
 
@@ -67,9 +72,11 @@ class LoopBasicConfig:
         known = {a.name for a in attrs.fields(cls)}
         config = {k: v for k, v in (config or {}).items() if k in known}
         try:
-            return structure(config, cls)
+            parsed = structure(config, cls)
         except ValidationError as exc:
             raise ConfigError("; ".join(f"{cls.module_id}.{e}" for e in exc.errors)) from exc
+        parsed.turn_config()  # a bad no_progress: a ConfigError naming it
+        return parsed
 
     def turn_config(self) -> TurnConfig:
         """The engine's share of these settings."""
@@ -80,6 +87,7 @@ class LoopBasicConfig:
             extended_thinking=self.extended_thinking,
             reasoning_effort=self.reasoning_effort,
             default_provider=self.default_provider,
+            no_progress=no_progress_repeats(self.no_progress, f"{self.module_id}.no_progress"),
         )
 
     def batch_config(self) -> ToolBatchConfig:

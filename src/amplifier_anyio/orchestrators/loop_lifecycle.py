@@ -69,6 +69,7 @@ from ..lifecycle._frozen import thaw
 from ..lifecycle._reference import StepStatus
 from ..models import ChatResponse, TextBlock, ToolCall, structure
 from ..models._validators import number, one_of
+from ..runtime._progress import no_progress_repeats
 from ..runtime._requests import assistant_message, select_provider
 from ..runtime._tool_batch import ToolBatchConfig
 from ..runtime._turn import Turn, TurnConfig
@@ -157,6 +158,10 @@ class LoopLifecycleConfig:
     abandon_sync_tools: bool = False
     reasoning_effort: str | None = None
     default_provider: str | None = None
+    no_progress: dict[str, Any] | bool | str | None = attrs.field(
+        default=None,
+        metadata={"doc": "repeated failing tool calls: {repeats: 3} (the default) or off"},
+    )
 
     @classmethod
     def from_dict(cls, config: dict[str, Any] | None) -> LoopLifecycleConfig:
@@ -171,6 +176,7 @@ class LoopLifecycleConfig:
         except ValidationError as exc:
             raise ConfigError("; ".join(exc.errors)) from exc
         parsed.retry_policy()  # jitter above 1: a ConfigError naming it
+        parsed.turn_config()  # a bad no_progress: a ConfigError naming it
         return parsed
 
     def retry_policy(self) -> RetryPolicy:
@@ -189,6 +195,7 @@ class LoopLifecycleConfig:
             event_timeout=self.event_timeout,
             reasoning_effort=self.reasoning_effort,
             default_provider=self.default_provider,
+            no_progress=no_progress_repeats(self.no_progress, "loop-lifecycle.no_progress"),
         )
 
     def batch_config(self) -> ToolBatchConfig:
@@ -308,7 +315,8 @@ class _SessionOrchestrator(ReferenceOrchestrator):
         return list(self.turn.tools)
 
     def _stopping(self, run: OrchestrationRun) -> bool:
-        return super()._stopping(run) or self.turn.token.is_cancelled
+        turn = self.turn
+        return super()._stopping(run) or turn.token.is_cancelled or turn.halted is not None
 
     async def _ask(self, injections: list[dict[str, Any]]) -> ChatResponse:
         self.turn.injections.extend(injections)

@@ -14,6 +14,13 @@ from ._executors import (
     builtin_executor,
     run_tool_in_worker,
 )
+from ._progress import (
+    DEFAULT_REPEATS,
+    NO_PROGRESS_FINISH_REASON,
+    ProgressVerdict,
+    ProgressWatch,
+    no_progress_repeats,
+)
 from ._requests import (
     LOOP_LIMIT_REMINDER,
     LOST_RESULT,
@@ -40,6 +47,12 @@ __all__ = (
     "ToolRunner",
     "INCOMPLETE_FINISH_REASONS",
     "PAUSE_TURN",
+    # no-progress detection
+    "ProgressWatch",
+    "ProgressVerdict",
+    "NO_PROGRESS_FINISH_REASON",
+    "DEFAULT_REPEATS",
+    "no_progress_repeats",
     # tool batches
     "ToolBatch",
     "ToolBatchConfig",

@@ -58,6 +58,7 @@ from ..kernel._turns import PendingApproval, TurnResult, TurnStatus
 from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
 from ..models._validators import number
 from ..providers.pricing import PriceTable
+from ._progress import DEFAULT_REPEATS, NO_PROGRESS_FINISH_REASON, ProgressVerdict, ProgressWatch
 from ._prompt_cache import report_cache
 from ._race import PROVIDERS_POLICY, call_with_policy
 from ._requests import (
@@ -129,6 +130,11 @@ class TurnConfig:
     extended_thinking: bool = False
     reasoning_effort: str | None = None
     default_provider: str | None = None
+    no_progress: int | None = attrs.field(
+        default=DEFAULT_REPEATS, validator=number(optional=True, integer=True)
+    )
+    """Same failing tool calls in a row before a reminder; the turn stops at twice as many
+    (``runtime/_progress``). None: off."""
 
 
 @attrs.define(eq=False)
@@ -164,6 +170,17 @@ class Turn:
     resuming: bool = False
     """Continue the turn the history ends in instead of starting one (``session.resume``)."""
     pending_approvals: tuple[PendingApproval, ...] = ()
+    progress: ProgressWatch | None = attrs.field(
+        default=attrs.Factory(
+            lambda self: (
+                None if self.config.no_progress is None else ProgressWatch(self.config.no_progress)
+            ),
+            takes_self=True,
+        )
+    )
+    """The no-progress watch over the turn's finished tool calls (None: off)."""
+    halted: str | None = None
+    """The finish reason of a turn its engine stopped (``no_progress``), or None."""
 
     @property
     def token(self) -> CancellationToken:
@@ -209,7 +226,9 @@ class Turn:
             if self.status is TurnStatus.CANCELLED and self.handle.budget.exhausted is not None:
                 # this turn's own budget ran out (_budget): not a cancel someone asked for
                 self.status, self.finish_reason = TurnStatus.INCOMPLETE, BUDGET_FINISH_REASON
-                self.problems.append(f"budget: {self.handle.budget.exhausted}")
+                self.problems.append(f"budget: {self.handle.budget.report()}")
+            elif self.halted is not None and self.status is not TurnStatus.ERROR:
+                self.status, self.finish_reason = TurnStatus.INCOMPLETE, self.halted
             await self._finish()
         return self.result()
 
@@ -302,7 +321,10 @@ class Turn:
         return True
 
     def _stopped(self) -> bool:
-        """A graceful cancel stops the turn before its next provider call."""
+        """A graceful cancel (or the no-progress watch) stops the turn before its next
+        provider call."""
+        if self.halted is not None:
+            return True
         if self.token.is_cancelled:
             self.status = TurnStatus.CANCELLED
             return True
@@ -338,6 +360,28 @@ class Turn:
         finally:
             self.injections.extend(batch.pending_injections)
             self.problems.extend(batch.problems)
+        self.watch(batch)
+
+    def watch(self, batch: ToolBatch) -> None:
+        """Feed the batch's finished calls to the no-progress watch, in call order: a
+        reminder for the next request, or the turn halted (``runtime/_progress``)."""
+        if self.progress is None:
+            return
+        contents = batch.contents()
+        for call, ok, content in zip(batch.calls, batch.succeeded, contents, strict=True):
+            if ok is None or content is None:  # no result: cancelled or held
+                continue
+            verdict = self.progress.observe(call.name, call.arguments, None if ok else content)
+            if verdict is ProgressVerdict.REMIND:
+                reminder = self.progress.reminder()
+                self.injections.append(
+                    {"role": "user", "content": reminder, "append_to_last_tool_result": True}
+                )
+            elif verdict is ProgressVerdict.STOP and self.halted is None:
+                self.halted = NO_PROGRESS_FINISH_REASON
+                problem = self.progress.problem()
+                logger.warning(problem)
+                self.problems.append(problem)
 
     async def call_provider(
         self, provider: Provider, *, with_tools: bool, reminder: bool = False
@@ -351,6 +395,12 @@ class Turn:
         }
         if reminder:
             payload["max_reached"] = True
+        if self.handle.budget.over is not None:
+            # a spent budget here or above: no call starts (the turn owning the limit was
+            # cancelled when it ran out, and this scope is inside it)
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            self.status = TurnStatus.CANCELLED
+            return None
         requested = await self.hook(PROVIDER_REQUEST, payload)
         if requested.action == "deny":
             self.deny(requested)
@@ -368,8 +418,9 @@ class Turn:
             await self.hooks.emit(PROVIDER_ERROR, error_payload(self.provider_name, exc))
             raise
         if response.usage is not None:
-            self.usage = self.usage + response.usage
-            self.handle.budget.charge_usage(response.usage, self._cost(request, response))
+            usage = self._priced(request, response)
+            self.usage = self.usage + usage
+            self.handle.budget.charge_usage(usage, float(usage.cost_usd or 0))
         if self.hooks.has_handlers(PROVIDER_CACHE):  # which part of the prompt prefix changed
             await report_cache(self, request, response, module=provider)
         self.finish_reason = response.finish_reason
@@ -389,19 +440,22 @@ class Turn:
         )
         return response
 
-    def _cost(self, request: ChatRequest, response: ChatResponse) -> float:
-        """The dollars of a call: the provider's own ``cost_usd`` (its ``pricing`` table,
-        by model), else the price its plan entry's ``pricing`` gives (a provider that does
-        not price, an upstream one), by the same rules; 0 without a price."""
+    def _priced(self, request: ChatRequest, response: ChatResponse) -> Usage:
+        """A call's usage with its dollars: the provider's own ``cost_usd`` (its ``pricing``
+        table, by model), else the price its plan entry's ``config.pricing`` gives (a
+        provider that does not price, an upstream one), by the same rules; without a price
+        ``cost_usd`` stays None (and the budget charges 0)."""
         usage = response.usage
-        if usage is not None and usage.cost_usd is None:
+        assert usage is not None
+        if usage.cost_usd is None:
             spec = self.coordinator.provider_specs.get(self.provider_name)
             table = PriceTable.from_config(spec.config.get("pricing") if spec else None)
             answered = (response.metadata or {}).get("model")
-            usage = table.priced(
+            priced = table.priced(
                 usage, request.model, answered if isinstance(answered, str) else None
             )
-        return float(usage.cost_usd or 0) if usage is not None else 0.0
+            usage = priced if priced is not None else usage
+        return usage
 
     async def _request(
         self, provider: Provider, *, with_tools: bool, reminder: bool

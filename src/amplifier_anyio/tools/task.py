@@ -38,8 +38,10 @@ import anyio
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError
 from ..events import TASK_AGENT_COMPLETED, TASK_AGENT_RESUMED, TASK_AGENT_SPAWNED
+from ..kernel._agents import agent_of_child_id
 from ..kernel._tracing import current_tool_call
 from ..models import ToolResult
+from ..runtime._progress import NO_PROGRESS_FINISH_REASON
 
 __all__ = ("TaskTool", "mount", "CONFIG_SCHEMA", "recent_turns")
 
@@ -189,18 +191,20 @@ class TaskTool:
         child_id = resume_id or await self._new_id(str(agent))
         call = current_tool_call()
         started: dict[str, Any] = {
-            "agent": agent,
+            "agent": agent or _agent_in(child_id),
             "sub_session_id": child_id,
             "parent_session_id": parent_id,
             "tool_call_id": call.tool_call_id if call is not None else None,
         }
         hooks = coordinator.hooks
-        if resume_id:
-            await hooks.emit(TASK_AGENT_RESUMED, {**started, "session_id": child_id})
-        else:
-            await hooks.emit(TASK_AGENT_SPAWNED, started)
         ended: dict[str, Any] = {**started, "success": False, "status": "cancelled"}
         try:
+            # inside the try: a cancel while an observer handles the start still closes
+            # the pair with task:agent_completed
+            if resume_id:
+                await hooks.emit(TASK_AGENT_RESUMED, {**started, "session_id": child_id})
+            else:
+                await hooks.emit(TASK_AGENT_SPAWNED, started)
             if resume_id:
                 answer = await run(sub_session_id=resume_id, instruction=instruction)
             else:
@@ -225,9 +229,12 @@ class TaskTool:
                 await hooks.emit(TASK_AGENT_COMPLETED, ended)
             raise
         status = str(answer.get("status", "success"))
+        # a child stopped for repeating a failing call failed its task (its parent's
+        # no-progress watch then sees a delegation that keeps failing the same way)
+        stuck = answer.get("finish_reason") == NO_PROGRESS_FINISH_REASON
         ended.update(
-            agent=agent or _agent_in(child_id),
-            success=status in _OK,
+            agent=started["agent"],
+            success=status in _OK and not stuck,
             status=status,
             turn_count=answer.get("turn_count"),
             usage=answer.get("usage"),
@@ -241,17 +248,18 @@ class TaskTool:
         }
         if status != "success":
             output["status"] = status
-        if status in _OK:
+        if status in _OK and not stuck:
             return ToolResult(output=output)
+        why = f"{status} ({NO_PROGRESS_FINISH_REASON})" if stuck else status
         return ToolResult(
             success=False,
             output=output,
-            error={"message": f"the agent's turn ended {status}", "type": "DelegationError"},
+            error={"message": f"the agent's turn ended {why}", "type": "DelegationError"},
         )
 
 
-def _agent_in(child_id: str) -> str:
-    return child_id.rpartition("_")[2]
+def _agent_in(child_id: str) -> str | None:
+    return agent_of_child_id(child_id)
 
 
 def _failure(message: str) -> ToolResult:
