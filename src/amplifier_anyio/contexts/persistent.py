@@ -337,10 +337,11 @@ class PersistentContextManager(SimpleContextManager):
             self._writer_lock = weakref.finalize(self, _store.release_writer, fd)
         estimator = None if self._estimates_from_lines else self.estimator
         try:
-            with _jsonl.collector_paused():  # on the loop's thread, never the worker's
-                messages, costs, closed, records = await anyio.to_thread.run_sync(
-                    _load, self.path, self.journal_path, estimator, self.read_only or self._closed
-                )
+            # The garbage collector is the host's: a load never pauses it (the pause was
+            # process-wide, and a host's own setting made meanwhile could not be restored).
+            messages, costs, closed, records = await anyio.to_thread.run_sync(
+                _load, self.path, self.journal_path, estimator, self.read_only or self._closed
+            )
         except BaseException:
             if self._writer_lock is not None:
                 self._writer_lock()
