@@ -100,9 +100,7 @@ def make_provider(kind: str, transport: httpx.MockTransport) -> Any:
 
 @pytest.mark.parametrize("size", [1, 2, 4096])
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
-async def test_a_byte_order_mark_before_the_first_event_loses_nothing(
-    kind: str, size: int
-) -> None:
+async def test_a_byte_order_mark_before_the_first_event_loses_nothing(kind: str, size: int) -> None:
     body = b"\xef\xbb\xbf" + (openai_stream() if kind == "openai" else anthropic_stream())
 
     def server(request: httpx.Request) -> httpx.Response:
