@@ -9,6 +9,7 @@ of a tool appends its call id to a side-effect file.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -69,17 +70,29 @@ def changing_hook(new_input: dict[str, Any]) -> Any:
     return hook
 
 
+def edit_arguments(transcript: Path, call_id: str, arguments: dict[str, Any]) -> None:
+    """Change a call's own arguments in the transcript (a change no hook made)."""
+    lines = transcript.read_text("utf-8").splitlines()
+    for number, line in enumerate(lines):
+        message = json.loads(line)
+        for call in message.get("tool_calls") or ():
+            if call.get("id") == call_id:
+                call["arguments"] = arguments
+                lines[number] = json.dumps(message)
+    transcript.write_text("".join(f"{line}\n" for line in lines), "utf-8")
+
+
 @pytest.mark.parametrize("where", ["in the session", "from outside"])
-async def test_an_approved_call_whose_arguments_changed_is_denied_not_run(
+async def test_an_approved_call_whose_own_arguments_changed_is_denied_not_run(
     tmp_path: Path, where: str
 ) -> None:
     transcript, side_effects = files(tmp_path)
     await held_turn(transcript, side_effects)
     if where == "from outside":
         await approve(transcript, {"c1-1": "allow"})
+    edit_arguments(transcript, "c1-1", {"tag": "other"})
     session, _ = await app.open_session(transcript, side_effects)
     async with session:
-        session.coordinator.hooks.register(TOOL_PRE, changing_hook({"tag": "other"}))
         approvals = {"c1-1": "allow"} if where == "in the session" else None
         result = await session.resume(approvals=approvals)
     assert result.status is TurnStatus.SUCCESS
@@ -88,6 +101,65 @@ async def test_an_approved_call_whose_arguments_changed_is_denied_not_run(
     assert answers[1] == (
         "Denied: the arguments of guarded call c1-1 changed after it was approved; it was not run"
     )
+
+
+def rewriting_hook(session_tag: str) -> Any:
+    """A ``tool:pre`` hook that rewrites every input (a sandbox putting a path of its
+    session in place): it gives another value in each session."""
+
+    async def hook(event: str, data: dict[str, Any]) -> HookResult:
+        await anyio.lowlevel.checkpoint()
+        tool_input = {**data["tool_input"], "sandbox": session_tag}
+        return HookResult(action="modify", data={**data, "tool_input": tool_input})
+
+    return hook
+
+
+@pytest.mark.parametrize("where", ["in the session", "from outside"])
+@pytest.mark.parametrize("deferred_by", ["the tool", "the approval system"])
+async def test_a_call_a_tool_pre_hook_rewrites_runs_once_approved(
+    tmp_path: Path, where: str, deferred_by: str
+) -> None:
+    """Before: the call was held with its input before the hooks ran, the resume compared
+    the input after them and answered "arguments changed": it never ran. Now the decision
+    binds to the call's own arguments and the hooks' rewrite is applied again on resume."""
+    transcript, side_effects = files(tmp_path)
+    hooks = None
+    if deferred_by == "the approval system":  # hooks-approval defers in tool:pre
+        config = {"tools": ["append_once"], "default": "defer"}
+        hooks = [{"module": "hooks-approval", "config": config}]
+    session, _ = await app.open_session(transcript, side_effects, hooks=hooks)
+    async with session:
+        session.coordinator.hooks.register(TOOL_PRE, rewriting_hook("first"), priority=-10)
+        held = await session.run("approve the plan" if deferred_by == "the tool" else "work")
+    assert held.status is TurnStatus.AWAITING_APPROVAL
+    call_id = held.pending_approvals[0].call_id
+    assert held.pending_approvals[0].input == {"tag": call_id.removeprefix("c")}  # its own
+    if where == "from outside":
+        await approve(transcript, {call_id: "allow"})
+    session, _ = await app.open_session(transcript, side_effects, hooks=hooks)
+    async with session:
+        session.coordinator.hooks.register(TOOL_PRE, rewriting_hook("second"), priority=-10)
+        approvals = {call_id: "allow"} if where == "in the session" else None
+        result = await session.resume(approvals=approvals)
+    assert result.status is TurnStatus.SUCCESS, result
+    assert "changed after it was approved" not in result.text
+    assert call_id in runs(side_effects)  # it ran, once
+    assert runs(side_effects).count(call_id) == 1
+
+
+async def test_a_hook_that_rewrites_differently_on_resume_is_not_a_change_of_arguments(
+    tmp_path: Path,
+) -> None:
+    transcript, side_effects = files(tmp_path)
+    await held_turn(transcript, side_effects)
+    await approve(transcript, {"c1-1": "allow"})
+    session, _ = await app.open_session(transcript, side_effects)
+    async with session:  # the hooks are the session's own: their rewrite is not a change
+        session.coordinator.hooks.register(TOOL_PRE, changing_hook({"tag": "other"}))
+        result = await session.resume()
+    assert result.text == "answer: ok c1-0 | ok c1-1 | ok c1-2"
+    assert sorted(runs(side_effects)) == ["c1-0", "c1-1", "c1-2"]
 
 
 async def test_the_same_arguments_run_once_approved(tmp_path: Path) -> None:

@@ -89,3 +89,57 @@ async def test_the_stand_ins_do_run_where_nothing_is_refused(
         result = await bash.execute({"command": f"{command}; sudo; mkfs.probe"})
         assert result.success, result
     assert markers(stand_ins) == sorted(STAND_INS)
+
+
+NESTS = (
+    "bash -c 'CMD'",
+    "bash -lc 'CMD'",
+    "sh -ec 'CMD'",
+    "bash -xc 'CMD'",
+    "bash -c -- 'CMD'",
+    "sh -e -c 'CMD'",
+    "bash -o pipefail -c 'CMD'",
+    "bash -euxc 'CMD'",
+    "sh -c \"bash -lc 'CMD'\"",
+    "coproc CMD; wait",
+    "coproc NAME { CMD; }; wait",
+    "function f { CMD; }; f",
+    "function f() { CMD; }; f",
+    "f() { CMD; }; f",
+    "for i in 1; do CMD; done",
+    "case x in *) CMD;; esac",
+    "trap 'CMD' EXIT",
+    "nice -n 5 -- CMD",
+    "env -- CMD",
+)
+"""Nested shells with their usual flags, ``--``, and shell keywords around a command."""
+
+
+def nested_corpus(bin_dir: Path) -> list[str]:
+    # by full path: a login shell (-l) resets PATH
+    commands = [
+        nest.replace("CMD", f"{bin_dir / name} --now") for nest in NESTS for name in STAND_INS
+    ]
+    return [form for c in commands for form in (c, f"true && {c}", f"( {c} )")]
+
+
+async def test_nothing_in_the_nested_corpus_runs(tmp_path: Path, stand_ins: Path) -> None:
+    bash = tool(tmp_path, "standard")
+    allowed = []
+    for command in nested_corpus(tmp_path / "bin"):
+        result = await bash.execute({"command": command})
+        if (result.error or {}).get("type") != "CommandDenied":
+            allowed.append(command)
+    assert allowed == []
+    assert markers(stand_ins) == []
+
+
+@pytest.mark.parametrize("nest", NESTS)
+async def test_each_nested_form_does_run_where_nothing_is_refused(
+    tmp_path: Path, stand_ins: Path, nest: str
+) -> None:
+    bash = tool(tmp_path, "unrestricted")
+    probe = tmp_path / "bin" / "probe"
+    result = await bash.execute({"command": nest.replace("CMD", f"{probe} --now")})
+    assert result.success, result
+    assert markers(stand_ins) == ["probe"]  # so the corpus's commands would really run

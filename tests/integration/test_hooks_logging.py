@@ -264,3 +264,70 @@ def test_config_schema_accepts_upstream_keys() -> None:
     }
     assert CONFIG_SCHEMA.check(upstream) == []
     assert [p.key for p in CONFIG_SCHEMA.check({"max_block": "soon"})] == ["max_block"]
+
+
+class SecretTool:
+    """Returns a record whose secret sits under a camelCase key (as many APIs answer)."""
+
+    name = "fetch_account"
+    description = "fetch the account"
+    input_schema: dict[str, Any] = {"type": "object", "properties": {}}  # noqa: RUF012
+
+    async def execute(self, input: dict[str, Any]) -> ToolResult:
+        await anyio.lowlevel.checkpoint()
+        return ToolResult(output={"user": "ada", "accessToken": OPAQUE, "clientSecret": OPAQUE2})
+
+
+OPAQUE = "opaque-access-value-7f3a9c"  # no known format: only its key says it is secret
+OPAQUE2 = "opaque-client-value-0b1d4e"
+
+
+async def test_a_tool_results_secret_does_not_come_back_inside_a_later_request(
+    tmp_path: Path,
+) -> None:
+    """Before: the result was redacted on ``tool:post`` (by key), then logged in clear
+    as the tool message's JSON text inside the next ``llm:request`` — with the default
+    configuration. And ``accessToken`` was not taken for a secret key at all."""
+    log_path = tmp_path / "events.jsonl"
+    plan = make_plan(log_path, tool_reply(("fetch_account", {})), text_reply("done"))
+    async with AmplifierSession(plan) as session:
+        await session.coordinator.mount("tools", SecretTool(), name="fetch_account")
+        result = await session.run("fetch my account")
+        assert result.status == "success"
+    raw = log_path.read_bytes()
+    assert OPAQUE.encode() not in raw
+    assert OPAQUE2.encode() not in raw
+    lines = read_lines(log_path)
+    names = [line["event"] for line in lines]
+    assert "llm:request" in names[names.index("tool:post") :]  # the request was logged
+    post = next(line for line in lines if line["event"] == "tool:post")
+    assert REDACTED in json.dumps(post["data"])
+    assert b"ada" in raw  # what is not secret stays readable
+
+
+async def test_a_key_streamed_piece_by_piece_is_not_spelt_by_the_delta_lines(
+    tmp_path: Path,
+) -> None:
+    """Before: each ``content_block:delta`` line held its piece; joined, they spelt it."""
+    log_path = tmp_path / "events.jsonl"
+    text = f"your key is {TOOL_KEY}, keep it safe"
+    pieces = [text[i : i + 5] for i in range(0, len(text), 5)]
+    async with AmplifierSession(make_plan(log_path, text_reply("done"))) as session:
+        hooks = session.coordinator.hooks
+        await hooks.emit("content_block:start", {"index": 0, "block_type": "text"})
+        for piece in pieces:
+            await hooks.emit(
+                "content_block:delta", {"index": 0, "block_type": "text", "delta": piece}
+            )
+        await hooks.emit("content_block:end", {"index": 0, "block": {"type": "text", "text": text}})
+    lines = read_lines(log_path)
+    deltas = [line for line in lines if line["event"] == "content_block:delta"]
+    assert len(deltas) == len(pieces)  # one line per piece, as before
+    assert [d["data"]["delta_chars"] for d in deltas] == [len(p) for p in pieces]
+    raw = log_path.read_text(encoding="utf-8")
+    secret_part = TOOL_KEY.removeprefix("sk-")
+    assert not [
+        secret_part[i : i + 8] for i in range(len(secret_part) - 7) if secret_part[i : i + 8] in raw
+    ]
+    end = next(line for line in lines if line["event"] == "content_block:end")
+    assert end["data"]["block"]["text"] == f"your key is {REDACTED}, keep it safe"

@@ -434,3 +434,44 @@ async def test_a_host_cancel_arrives_within_the_write_bound(
                 await s.run("go")
         stuck_fsync.clear()
     assert host.cancelled_caught
+
+
+# -- one cancel:requested per escalation, never downgraded --------------------------------
+
+
+@pytest.mark.parametrize("between", [False, True], ids=["at-once", "after-a-checkpoint"])
+async def test_a_graceful_cancel_then_an_immediate_one_are_announced_in_that_order(
+    between: bool,
+) -> None:
+    """Before: ``session.cancel()`` then ``await coordinator.request_cancel(immediate=True)``
+    emitted ``cancel:requested`` as immediate, then again as graceful (the pending
+    graceful one flushed last)."""
+    entered = anyio.Event()
+    levels: list[str] = []
+
+    async def blocked() -> ToolResult:
+        entered.set()
+        await anyio.sleep_forever()
+        raise AssertionError  # pragma: no cover
+
+    def observe(event: str, data: dict[str, Any]) -> None:
+        levels.append(data["level"])
+
+    async with AmplifierSession(plan()) as session:
+        await mount(session, ScriptedProvider([calls("block"), answer()]), Tool("block", blocked))
+        session.coordinator.hooks.register(CANCEL_REQUESTED, observe)
+        results: list[Any] = []
+        async with anyio.create_task_group() as tg:
+
+            async def turn() -> None:
+                results.append(await session.run("go"))
+
+            tg.start_soon(turn)
+            await entered.wait()
+            assert session.cancel() is True
+            if between:
+                await anyio.lowlevel.checkpoint()
+            await session.coordinator.request_cancel(immediate=True)
+            await session.coordinator.request_cancel(immediate=True)  # no change: no event
+    assert results[0].status is TurnStatus.CANCELLED
+    assert levels == ["graceful", "immediate"]

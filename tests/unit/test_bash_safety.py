@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -250,3 +252,89 @@ def test_property_wrappers_around_a_harmless_command_pass(
 ) -> None:
     wrapped = place.replace("CMD", f"{chain} {harmless}")
     assert check_command(wrapped, "strict", denied=["probe*"]) is None, wrapped
+
+
+SHELL_FLAGS = [
+    "-c",
+    "-lc",
+    "-ec",
+    "-xc",
+    "-ce",
+    "-euxc",
+    "-e -c",
+    "+e -c",
+    "-c --",
+    "-lc --",
+    "-o pipefail -c",
+    "-eo pipefail -c",
+    "-O extglob -c",
+    "--norc -c",
+    "--rcfile /dev/null -c",
+    "-c -e",
+]
+"""A shell's usual ways of being handed a command string."""
+
+KEYWORD_FORMS = [
+    "coproc CMD",
+    "coproc NAME { CMD; }",
+    "function f { CMD; }; f",
+    "function f() { CMD; }; f",
+    "f() { CMD; }; f",
+    "for i in 1; do CMD; done",
+    "case x in *) CMD;; esac",
+    "trap 'CMD' EXIT",
+]
+"""Shell keywords and constructs around a command."""
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash", "/bin/bash", "dash", "zsh"])
+@pytest.mark.parametrize("flags", SHELL_FLAGS)
+def test_a_nested_shell_with_its_usual_flags_hides_nothing(shell: str, flags: str) -> None:
+    assert check_command(f"{shell} {flags} 'rm -rf /'", "permissive") is not None
+    assert check_command(f'{shell} {flags} "probe --now"', "permissive", denied=["probe*"])
+    assert check_command(f"{shell} {flags} 'echo hello'", "strict") is None
+
+
+def test_the_issues_nested_shells_are_refused_even_by_the_permissive_profile() -> None:
+    for command in ('sh -ec "rm -rf /"', "bash -lc 'rm -rf /'", "bash -xc 'rm -rf ~'"):
+        assert check_command(command, "permissive") == (
+            "recursive rm of the root, the home or a system directory"
+        ), command
+    assert check_command("bash -c -- 'mkfs.ext4 /dev/sda1'", "permissive") is not None
+
+
+def test_a_shell_running_a_script_file_is_not_taken_for_a_command_string() -> None:
+    assert check_command("bash -e script.sh", "strict") is None
+    assert check_command("sh -o pipefail build.sh", "strict") is None
+
+
+@pytest.mark.parametrize("form", KEYWORD_FORMS)
+def test_shell_keywords_hide_no_denied_command(form: str) -> None:
+    assert check_command(form.replace("CMD", "probe --now"), "permissive", denied=["probe*"])
+    assert check_command(form.replace("CMD", "rm -rf /"), "permissive") is not None
+    assert check_command(form.replace("CMD", "sudo ls"), "standard") is not None
+    assert check_command(form.replace("CMD", "echo hi"), "strict") is None
+
+
+_shell_forms = st.tuples(
+    st.sampled_from(["sh", "bash", "dash", "/usr/bin/env bash"]), st.sampled_from(SHELL_FLAGS)
+).map(" ".join)
+
+
+@given(
+    shells=st.lists(_shell_forms, max_size=3),
+    keyword=st.sampled_from(["CMD", *(f for f in KEYWORD_FORMS if "'" not in f)]),
+    chain=_wrapper_chains,
+    place=_places,
+    target=st.sampled_from(BUILT_IN),
+)
+@settings(max_examples=300, deadline=None)
+def test_property_nested_shells_and_keywords_hide_no_built_in_rule(
+    shells: list[str], keyword: str, chain: str, place: str, target: tuple[str, str]
+) -> None:
+    command, profile = target
+    inner = keyword.replace("CMD", f"{chain} {command}")
+    for shell in shells:  # each level quotes the one inside it
+        inner = f"{shell} {shlex.quote(inner)}"
+    wrapped = place.replace("CMD", inner)
+    assert check_command(wrapped, profile) is not None, wrapped

@@ -84,7 +84,7 @@ async def test_set_messages_on_a_fresh_file_replaces_atomically(tmp_path: Path) 
     await manager.set_messages([USER, {"role": "assistant", "content": "a"}])
     await manager.set_messages([{"role": "user", "content": "again"}])  # still not loaded-from-file
     assert lines(path) == [{"role": "user", "content": "again"}]
-    assert names(tmp_path) == ["ctx.jsonl", "ctx.lock"]  # no temp file left
+    assert names(tmp_path) == ["ctx.jsonl", "ctx.jsonl.lock"]  # no temp file left
     assert not manager.loaded_from_file
 
 
@@ -383,7 +383,7 @@ async def test_a_failed_rewrite_leaves_file_and_history_as_they_were(
         await manager.set_messages([USER, full()])
     assert info.value.path == path
     assert path.read_bytes() == before
-    assert names(tmp_path) == ["ctx.jsonl", "ctx.lock"]  # the temporary file is removed
+    assert names(tmp_path) == ["ctx.jsonl", "ctx.jsonl.lock"]  # the temporary file is removed
     assert await manager.get_messages() == [USER]
 
 

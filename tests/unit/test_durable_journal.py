@@ -239,7 +239,7 @@ async def test_a_transcript_without_tool_calls_gets_no_journal_file(tmp_path: Pa
     _, messages = await reloaded(path)
     assert messages == [USER]
     names = sorted([entry.name async for entry in anyio.Path(tmp_path).iterdir()])
-    assert names == ["t.jsonl", "t.lock"]
+    assert names == ["t.jsonl", "t.jsonl.lock"]
 
 
 async def test_a_deferral_that_cannot_be_journaled_is_that_calls_error(tmp_path: Path) -> None:

@@ -107,3 +107,90 @@ def test_cycles_end_instead_of_recursing_forever() -> None:
     loop["self"] = loop
     cleaned = Redactor().clean(loop)
     assert "nested too deep" in json.dumps(cleaned)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "accessToken",
+        "clientSecret",
+        "userPassword",
+        "refreshToken",
+        "privateKey",
+        "AccessToken",
+        "client-secret",
+        "user-password",
+        "USER_PASSWORD",
+        "X-Auth-Token",
+        "Access Token",
+        "dbPasswd",
+        "sessionCookie",
+        "awsSecretAccessKey",
+    ],
+)
+def test_secret_keys_in_any_case_or_separators_are_redacted(key: str) -> None:
+    """Before: camelCase keys (``accessToken``) were read as one word and kept in clear."""
+    assert Redactor().clean({key: "hunter2-value"}) == {key: REDACTED}
+    assert Redactor().clean({"deep": [{key: {"v": "hunter2-value"}}]}) == {
+        "deep": [{key: REDACTED}]
+    }
+
+
+@pytest.mark.parametrize("key", ["tokenizer", "authorName", "keyword", "passage", "maxTokens"])
+def test_words_that_only_resemble_secret_keys_are_kept(key: str) -> None:
+    assert Redactor().clean({key: "plain"}) == {key: "plain"}
+
+
+@pytest.mark.parametrize(
+    "secret",
+    ["sk-abcdefghijklmnop1234", "AKIAIOSFODNN7EXAMPLE", "Bearer eyJhbGciOi.J9.x-y_z"],
+)
+def test_a_secret_shaped_dict_key_is_redacted(secret: str) -> None:
+    """Before: keys were written as they were; only values were redacted."""
+    cleaned = Redactor().clean({"map": {secret: 1, "other": 2}})
+    assert secret not in json.dumps(cleaned)
+    assert cleaned == {"map": {REDACTED: 1, "other": 2}}
+
+
+def test_two_keys_redacted_alike_stay_two_entries() -> None:
+    cleaned = Redactor().clean({"sk-aaaaaaaaaaaa1": 1, "sk-bbbbbbbbbbbb2": 2})
+    assert sorted(cleaned.values()) == [1, 2]
+
+
+def test_json_text_is_redacted_as_data() -> None:
+    """Before: a tool result's secret, redacted on ``tool:post``, travelled in clear as
+    the JSON text of the tool message inside every later request."""
+    text = json.dumps({"accessToken": "opaque-value-123", "items": [1, 2]})
+    twice = json.dumps({"content": text})
+    for value in (text, twice, f"  {text}\n"):
+        cleaned = json.dumps(Redactor().clean({"messages": [{"content": value}]}))
+        assert "opaque-value-123" not in cleaned
+        assert REDACTED in cleaned
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'result {"clientSecret": "opaque-value-123"} end',
+        'escaped {\\"clientSecret\\": \\"opaque-value-123\\"} end',
+        "password=opaque-value-123 next",
+        "api-key: opaque-value-123",
+        "userPassword = 'opaque-value-123'",
+    ],
+)
+def test_secret_assignments_in_free_text_are_redacted(text: str) -> None:
+    cleaned = Redactor().text(text)
+    assert "opaque-value-123" not in cleaned
+    assert REDACTED in cleaned
+
+
+def test_numbers_and_flags_in_assignments_stay_readable() -> None:
+    assert Redactor().text("token_count=12 auth: true password: null") == (
+        "token_count=12 auth: true password: null"
+    )
+
+
+def test_a_value_redacted_for_its_key_is_redacted_wherever_it_turns_up_later() -> None:
+    redactor = Redactor()
+    assert redactor.clean({"clientSecret": "opaque-value-123"}) == {"clientSecret": REDACTED}
+    assert redactor.text("the secret was opaque-value-123.") == f"the secret was {REDACTED}."

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amplifier_anyio.contexts import ContextFileError, PersistentContextManager
+from amplifier_anyio.contexts import persistent as persistent_module
 from amplifier_anyio.contexts._jsonl import read_lines
 from tiers import examples
 
@@ -84,29 +84,44 @@ def test_the_reader_gives_each_line_and_its_length(
     assert was_torn is torn
 
 
-async def test_the_collector_is_paused_on_the_loops_thread_never_a_workers(
+async def test_a_load_never_touches_the_hosts_garbage_collector(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "ctx.jsonl"
     async with PersistentContextManager(path) as writer:
         await writer.add_messages([{"role": "user", "content": f"m{i}"} for i in range(50)])
-    toggled: list[tuple[str, str]] = []
+    toggled: list[str] = []
+    during: list[bool] = []
     for name in ("disable", "enable"):
         real = getattr(gc, name)
 
         def record(real: Any = real, name: str = name) -> None:
-            toggled.append((name, threading.current_thread().name))
+            toggled.append(name)
             real()
 
         monkeypatch.setattr(gc, name, record)
-    here = threading.current_thread().name
-    assert gc.isenabled()
+    real_read = persistent_module._jsonl.read_lines
+
+    def read_lines_seeing_gc(*args: Any, **kwargs: Any) -> Any:
+        during.append(gc.isenabled())  # in the worker thread, mid-load
+        return real_read(*args, **kwargs)
+
+    monkeypatch.setattr(persistent_module._jsonl, "read_lines", read_lines_seeing_gc)
 
     async def load() -> None:
         await PersistentContextManager(path, read_only=True).load()
 
-    async with anyio.create_task_group() as group:  # overlapping loads share one pause
-        for _ in range(3):
-            group.start_soon(load)
-    assert toggled == [("disable", here), ("enable", here)]
-    assert gc.isenabled()
+    try:
+        for host_enabled in (True, False):
+            (gc.enable if host_enabled else gc.disable)()
+            toggled.clear()
+            async with anyio.create_task_group() as group:  # overlapping loads
+                for _ in range(3):
+                    group.start_soon(load)
+            assert gc.isenabled() is host_enabled  # the host's setting, as it left it
+            assert toggled == []  # never touched
+    finally:
+        monkeypatch.undo()
+        gc.enable()
+    assert during
+    assert all(during[:3])

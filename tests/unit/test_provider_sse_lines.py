@@ -77,13 +77,7 @@ async def test_raw_unicode_line_separators_inside_json_survive_a_stream(
         return httpx.Response(200, stream=Pieces(body, size), headers=headers)
 
     transport = httpx.MockTransport(server)
-    provider: Any
-    if kind == "openai":
-        provider = OpenAIChatProvider(
-            {"api_key": "k", "base_url": "http://x/v1"}, transport=transport
-        )
-    else:
-        provider = AnthropicProvider({"api_key": "k", "base_url": "http://x"}, transport=transport)
+    provider = make_provider(kind, transport)
     request = ChatRequest(messages=[Message(role="user", content="hi")])
     try:
         async with provider.open_stream(request) as events:
@@ -91,6 +85,43 @@ async def test_raw_unicode_line_separators_inside_json_survive_a_stream(
     finally:
         await provider.http.aclose()
     assert [r.text for r in final] == [TEXT]
+
+
+def make_provider(kind: str, transport: httpx.MockTransport) -> Any:
+    provider: Any
+    if kind == "openai":
+        provider = OpenAIChatProvider(
+            {"api_key": "k", "base_url": "http://x/v1"}, transport=transport
+        )
+    else:
+        provider = AnthropicProvider({"api_key": "k", "base_url": "http://x"}, transport=transport)
+    return provider
+
+
+@pytest.mark.parametrize("size", [1, 2, 4096])
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_byte_order_mark_before_the_first_event_loses_nothing(kind: str, size: int) -> None:
+    body = b"\xef\xbb\xbf" + (openai_stream() if kind == "openai" else anthropic_stream())
+
+    def server(request: httpx.Request) -> httpx.Response:
+        headers = {"content-type": "text/event-stream; charset=utf-8"}
+        return httpx.Response(200, stream=Pieces(body, size), headers=headers)
+
+    provider = make_provider(kind, httpx.MockTransport(server))
+    request = ChatRequest(messages=[Message(role="user", content="hi")])
+    try:
+        async with provider.open_stream(request) as events:
+            final = [e["response"] async for e in events if e["type"] == "response"]
+    finally:
+        await provider.http.aclose()
+    assert [r.text for r in final] == [TEXT]  # the first event carried the text
+
+
+def test_only_a_leading_byte_order_mark_is_dropped() -> None:
+    splitter = LineSplitter()
+    assert splitter.feed("") == []
+    assert splitter.feed("\ufeff") == []
+    assert splitter.feed("data: \ufeffx\n\ufeffy\n") == ["data: \ufeffx", "\ufeffy"]
 
 
 LINE_TEXT = st.text(alphabet=st.sampled_from("ab:\r\n\u2028\x85 "), max_size=60)

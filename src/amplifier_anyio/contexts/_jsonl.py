@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import gc
 import glob
 import json
 import json.scanner
 import os
 import tempfile
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,6 @@ __all__ = (
     "remove_stale_temp_files",
     "append_fd",
     "fsync_dir",
-    "collector_paused",
 )
 
 
@@ -205,38 +202,6 @@ def read_lines(path: Path) -> tuple[list[dict[str, Any]], list[int], bool]:
 _scan: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
     json.JSONDecoder()  # type: ignore[arg-type]
 )
-
-
-_pause_lock = threading.Lock()
-_pauses = 0
-_collect_after = False
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused while a file's messages are built; enter it on
-    the event loop's thread, around the worker thread that reads.
-
-    Parsing allocates one container after another and nothing it builds is garbage or
-    cyclic, yet the collector would walk the growing history again and again (a quarter
-    to a third of a large load's time, measured). The pause is process-wide, so it is
-    never toggled from a worker thread, and loads that overlap (two contexts, two event
-    loops) share one pause, counted: the collector is left as it was found once the last
-    of them ends.
-    """
-    global _pauses, _collect_after  # noqa: PLW0603 - one pause for the whole process
-    with _pause_lock:
-        if _pauses == 0:
-            _collect_after = gc.isenabled()
-            gc.disable()
-        _pauses += 1
-    try:
-        yield
-    finally:
-        with _pause_lock:
-            _pauses -= 1
-            if _pauses == 0 and _collect_after:
-                gc.enable()
 
 
 def _read_fast(data: bytes) -> tuple[list[dict[str, Any]], list[int]] | None:

@@ -28,7 +28,9 @@ opens the file without the lock and never writes anything: it repairs only in me
 which is what every inspecting path (``sessions show``,
 [`pending_approvals`][amplifier_anyio.contexts.pending_approvals], ``validate``) uses.
 Approvals decided from outside reach the writer through an append-only decisions file
-(``<name>.decisions.jsonl``) that it takes into its journal.
+(``<name>.decisions.jsonl``) that it takes into its journal. ``<name>`` is the transcript's
+whole file name (``run.jsonl.lock``), so ``run.jsonl`` and ``run.txt`` are two sessions; an
+earlier version's stem-named files are taken over at the writer's load (`_store.migrate`).
 """
 
 from __future__ import annotations
@@ -100,18 +102,18 @@ call waits for a resume)."""
 
 
 def journal_path_for(path: str | os.PathLike[str]) -> Path:
-    """The tool-call journal beside a messages file: ``<stem>.journal.jsonl``."""
-    path = Path(path)
-    return path.with_name(f"{path.stem}.journal.jsonl")
+    """The tool-call journal beside a messages file: ``<name>.journal.jsonl``
+    (``run.jsonl`` → ``run.jsonl.journal.jsonl``)."""
+    return _store.journal_path_for(Path(path))
 
 
 def lock_path_for(path: str | os.PathLike[str]) -> Path:
-    """The writer lock beside a messages file: ``<stem>.lock`` (it holds the writer's pid)."""
+    """The writer lock beside a messages file: ``<name>.lock`` (it holds the writer's pid)."""
     return _store.lock_path_for(Path(path))
 
 
 def decisions_path_for(path: str | os.PathLike[str]) -> Path:
-    """The decisions from outside beside a messages file: ``<stem>.decisions.jsonl``."""
+    """The decisions from outside beside a messages file: ``<name>.decisions.jsonl``."""
     return _store.decisions_path_for(Path(path))
 
 
@@ -337,10 +339,11 @@ class PersistentContextManager(SimpleContextManager):
             self._writer_lock = weakref.finalize(self, _store.release_writer, fd)
         estimator = None if self._estimates_from_lines else self.estimator
         try:
-            with _jsonl.collector_paused():  # on the loop's thread, never the worker's
-                messages, costs, closed, records = await anyio.to_thread.run_sync(
-                    _load, self.path, self.journal_path, estimator, self.read_only or self._closed
-                )
+            # The garbage collector is the host's: a load never pauses it (the pause was
+            # process-wide, and a host's own setting made meanwhile could not be restored).
+            messages, costs, closed, records = await anyio.to_thread.run_sync(
+                _load, self.path, self.journal_path, estimator, self.read_only or self._closed
+            )
         except BaseException:
             if self._writer_lock is not None:
                 self._writer_lock()
@@ -358,7 +361,10 @@ class PersistentContextManager(SimpleContextManager):
     async def _take_decisions(self) -> None:
         """Take the decisions made from outside (``sessions approve``) into the journal; a
         read-only manager only folds them into what it shows."""
-        read = await anyio.to_thread.run_sync(_store.read_decisions, self.decisions_path)
+        only_read = self.read_only or self._closed
+        read = await anyio.to_thread.run_sync(
+            _read_decisions, self.path, self.decisions_path, only_read
+        )
         records, size = read
         if not size:
             return
@@ -613,8 +619,11 @@ def _load(
     of each message's line, see `line_estimate`); runs in a worker thread. Returns the
     journal records still needed."""
     if not read_only:  # the writer holds the lock: any temp file is a dead writer's
+        _store.migrate(path)  # an earlier version's stem-named journal and decisions
         _jsonl.remove_stale_temp_files(path)
         _jsonl.remove_stale_temp_files(journal)
+    else:
+        journal = _store.readable(path, journal)
     messages, lengths, torn = _jsonl.read_lines(path)
     try:
         raw = journal.read_bytes()
@@ -645,6 +654,14 @@ def _load(
             for message in repaired
         ]
     return repaired, costs, closed, kept
+
+
+def _read_decisions(
+    path: Path, decisions: Path, read_only: bool
+) -> tuple[list[dict[str, Any]], int]:
+    """The decisions file's records and size; a reader also sees an earlier version's
+    stem-named file (the writer has renamed it at its load, `_store.migrate`)."""
+    return _store.read_decisions(_store.readable(path, decisions) if read_only else decisions)
 
 
 def _tokens(characters: int) -> int:

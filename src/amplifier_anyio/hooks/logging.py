@@ -31,11 +31,19 @@ so the last events are on disk.
 
 Redaction, recursive over every mapping and list of the record: the value under a key
 that names a secret (``api_key``, ``authorization``, ``token``, ``password``, ``secret``,
-``credentials``, ``cookie``, …; numbers are kept, so ``token_count`` stays readable) is
-replaced by ``[REDACTED]``; so is every substring that looks like a key (``sk-…``,
-``Bearer …``, AWS access key ids and secret assignments, GitHub, Slack and Google keys,
-PEM private keys), every value the mount plan holds under a secret-looking key, and (with
-``redact_env``) the value of every environment variable whose name says it is a secret.
+``credentials``, ``cookie``, …, whatever the key's case or separators: ``accessToken``,
+``client-secret``, ``USER_PASSWORD``; numbers are kept, so ``token_count`` stays
+readable) is replaced by ``[REDACTED]``; so is every substring that looks like a key
+(``sk-…``, ``Bearer …``, AWS access key ids and secret assignments, GitHub, Slack and
+Google keys, PEM private keys) — in keys as in values — every value the mount plan holds
+under a secret-looking key, and (with ``redact_env``) the value of every environment
+variable whose name says it is a secret. Text is read for what it carries: a string that
+is JSON (a tool result inside a request) is parsed and redacted as data, ``key: value``
+/ ``key=value`` / ``"key": "value"`` pairs in free text lose a secret key's value, and a
+value once redacted for its key is redacted wherever it turns up later. Streamed pieces
+(events named ``…delta``: ``content_block:delta``, ``thinking:delta``) are logged without
+their text, as lengths: joined, the pieces of a key would spell it; the text is logged
+whole, and redacted whole, in ``content_block:end``'s assembled block.
 
 An event whose chain an earlier hook denied never reaches the logger (as upstream).
 """
@@ -218,22 +226,54 @@ class LoggingConfig:
 # -- redaction ------------------------------------------------------------------------------
 
 
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_NOT_WORD = re.compile(r"[^a-z0-9]+")
+# Parts that name a secret even inside a longer word (``userpassword``, ``clientsecret``).
+_SECRET_PARTS: tuple[str, ...] = ("password", "passwd", "passphrase", "secret", "apikey")
+_SECRET_PARTS += ("privatekey", "accesstoken", "authtoken", "refreshtoken", "credential")
+
+
+def _key_words(key: str) -> list[str]:
+    """``key`` as lower-case words, whatever its case or separators: ``accessToken``,
+    ``access_token``, ``access-token``, ``Access Token`` and ``ACCESS_TOKEN`` all give
+    ``["access", "token"]``."""
+    return [w for w in _NOT_WORD.split(_CAMEL.sub("_", key).lower()) if w]
+
+
 def _is_secret_key(key: str, extra: frozenset[str]) -> bool:
-    normalized = key.lower().replace("-", "_").replace(" ", "_")
-    if normalized in extra:
+    words = _key_words(key)
+    if "_".join(words) in extra:
         return True
-    words = [w for w in normalized.split("_") if w]
     if any(w in _SECRET_WORDS for w in words):
         return True
-    return any(pair in _SECRET_PAIRS for pair in itertools.pairwise(words))
+    if any(pair in _SECRET_PAIRS for pair in itertools.pairwise(words)):
+        return True
+    joined = "".join(words)
+    return any(part in joined for part in _SECRET_PARTS)
+
+
+# ``key: value`` / ``key=value`` / ``"key": "value"`` (JSON text, also escaped inside
+# another JSON string) in free text: the value is redacted when the key names a secret.
+_ASSIGNMENT = re.compile(
+    r"""(?P<key>\\*"[A-Za-z0-9_.\- ]{1,64}\\*"|'[A-Za-z0-9_.\- ]{1,64}'"""
+    r"""|\b[A-Za-z][A-Za-z0-9_.\-]{0,63})"""
+    r"""(?P<sep>\s*[:=]\s*)"""
+    r"""(?P<value>(?P<q>\\+")(?:(?!(?P=q))[\s\S])*(?P=q)|"(?:[^"\\]|\\.)*"|'[^'\n]*'"""
+    r"""|[^\s"'{\[,;&}\]][^\s"',;&}\]]*)"""
+)
+_LITERAL_VALUE = re.compile(r"-?\d+(?:\.\d+)?|true|false|null|none", re.IGNORECASE)
+_MAX_LEARNED = 10_000  # secrets remembered from redacted values, for later text
+_NOT_JSON = object()
 
 
 class Redactor:
     """Turns any event payload into JSON-ready values with secrets replaced.
 
-    ``keys`` are extra key names (whole, case-insensitive) whose values are secrets;
-    ``patterns`` extra regular expressions; ``literals`` exact secret strings (values from
-    the plan or the environment).
+    ``keys`` are extra key names (whole, case-insensitive, whatever the separators) whose
+    values are secrets; ``patterns`` extra regular expressions; ``literals`` exact secret
+    strings (values from the plan or the environment). A value redacted for its key is
+    remembered (when it is at least 8 characters long), so the same secret met later in
+    free text — a tool result quoted inside a request — is redacted too.
     """
 
     def __init__(
@@ -243,28 +283,71 @@ class Redactor:
         patterns: Iterable[str] = (),
         literals: Iterable[str] = (),
     ) -> None:
-        self._keys = frozenset(k.lower().replace("-", "_") for k in keys)
-        found = sorted({s for s in literals if len(s) >= _MIN_LITERAL}, key=len, reverse=True)
-        alternatives = [*_PATTERNS, *patterns, *(re.escape(s) for s in found)]
-        self._pattern = re.compile("|".join(f"(?:{a})" for a in alternatives))
+        self._keys = frozenset("_".join(_key_words(k)) for k in keys)
+        self._alternatives = [*_PATTERNS, *patterns]
+        self._literals = {s for s in literals if len(s) >= _MIN_LITERAL}
+        self._compiled: re.Pattern[str] | None = None
         self._key_cache: dict[str, bool] = {}
 
-    def text(self, value: str) -> str:
-        """``value`` with every secret-looking substring replaced."""
-        return self._pattern.sub(REDACTED, value)
+    def _pattern(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            found = sorted(self._literals, key=len, reverse=True)
+            alternatives = [*self._alternatives, *(re.escape(s) for s in found)]
+            self._compiled = re.compile("|".join(f"(?:{a})" for a in alternatives))
+        return self._compiled
+
+    def learn(self, value: Any) -> None:
+        """Remember every string in ``value`` (8 characters or more) as a secret."""
+        for text in _plan_secrets(value, secret=True):
+            if len(text) >= _MIN_LITERAL and text not in self._literals and text != REDACTED:
+                if len(self._literals) >= _MAX_LEARNED:
+                    return
+                self._literals.add(text)
+                self._compiled = None
+
+    def text(self, value: str, depth: int = 0) -> str:
+        """``value`` with every secret-looking substring replaced: key-shaped values,
+        known secrets, values under secret keys in JSON text or ``key=value`` text."""
+        stripped = value.strip()
+        if stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]") and depth <= _MAX_DEPTH:
+            try:
+                parsed = json.loads(stripped)
+            except ValueError:
+                parsed = _NOT_JSON
+            if isinstance(parsed, dict | list):
+                return json.dumps(self.clean(parsed, depth + 1), ensure_ascii=False)
+        value = self._pattern().sub(REDACTED, value)
+        if ":" in value or "=" in value:
+            value = _ASSIGNMENT.sub(self._assignment, value)
+        return value
+
+    def _assignment(self, match: re.Match[str]) -> str:
+        key = match["key"].strip("\\\"'")
+        value = match["value"]
+        if not self.is_secret_key(key) or REDACTED in value:
+            return match[0]
+        quote = match["q"] or (value[0] if value[0] in "\"'" else "")
+        inner = value[len(quote) : len(value) - len(quote)] if quote else value
+        if not quote and len(inner) < _MIN_LITERAL and _LITERAL_VALUE.fullmatch(inner):
+            return match[0]  # a count, a flag or null (``token_count=12``): not a secret
+        self.learn(inner)
+        return f"{match['key']}{match['sep']}{quote}{REDACTED}{quote}"
 
     def is_secret_key(self, key: str) -> bool:
         """Whether the value under ``key`` is a secret."""
         hit = self._key_cache.get(key)
         if hit is None:
-            hit = self._key_cache[key] = _is_secret_key(key, self._keys)
+            hit = _is_secret_key(key, self._keys)
+            if len(self._key_cache) < _MAX_LEARNED:
+                self._key_cache[key] = hit
         return hit
 
     def clean(self, value: Any, depth: int = 0) -> Any:
         """A JSON-ready copy of ``value`` (mappings, lists, attrs models, exceptions, …),
-        redacted; a snapshot: later changes to ``value`` do not reach it."""
+        redacted; a snapshot: later changes to ``value`` do not reach it. Keys are
+        redacted like any text (a key can be a secret too)."""
         if isinstance(value, str):
-            return self.text(value)
+            return self.text(value, depth)
         if value is None or isinstance(value, bool | int):
             return value
         if isinstance(value, float):
@@ -272,14 +355,19 @@ class Redactor:
         if depth > _MAX_DEPTH:
             return f"<{type(value).__name__} nested too deep>"
         if isinstance(value, Mapping):
-            return {
-                str(k): (
-                    REDACTED
-                    if self.is_secret_key(str(k)) and not _is_number(v) and v is not None
-                    else self.clean(v, depth + 1)
-                )
-                for k, v in value.items()
-            }
+            cleaned: dict[str, Any] = {}
+            for k, v in value.items():
+                key = str(k)
+                if self.is_secret_key(key) and not _is_number(v) and v is not None:
+                    self.learn(v)
+                    item: Any = REDACTED
+                else:
+                    item = self.clean(v, depth + 1)
+                name = self.text(key, depth + 1)
+                while name in cleaned:  # two keys redacted alike stay two entries
+                    name += "'"
+                cleaned[name] = item
+            return cleaned
         if isinstance(value, list | tuple | set | frozenset):
             return [self.clean(v, depth + 1) for v in value]
         return self._other(value, depth)
@@ -309,12 +397,15 @@ def _is_number(value: Any) -> bool:
 
 
 def _plan_secrets(value: Any, secret: bool = False) -> Iterable[str]:
-    """Every string the plan holds under a secret-looking key (at any depth)."""
+    """Every string the plan holds under a secret-looking key (at any depth); with
+    ``secret``, every string in ``value`` (its keys too)."""
     if isinstance(value, str):
         if secret:
             yield value
     elif isinstance(value, Mapping):
         for key, item in value.items():
+            if secret and isinstance(key, str):
+                yield key
             yield from _plan_secrets(item, secret or _is_secret_key(str(key), frozenset()))
     elif isinstance(value, list | tuple):
         for item in value:
@@ -620,6 +711,8 @@ class EventLog:
             record.get("status") == "error" or record.get("error") or "error" in event
         ):
             record["lvl"] = "ERROR"
+        if event.endswith("delta"):
+            payload = _held(payload)
         record["data"] = payload
         cleaned: dict[str, Any] = self._redactor.clean(record)
         return cleaned
@@ -690,6 +783,27 @@ class EventLog:
                 "reason": "the log buffer stayed full",
             },
         }
+
+
+_DELTA_META = frozenset({"provider", "block_type", "id", "name", "type", "model", "lvl"})
+
+
+def _held(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A streamed piece's payload without its text: each string (but the names of what
+    it belongs to) becomes its length, ``<field>_chars``. The pieces of a key, joined,
+    would spell it, and no piece alone looks like one; the text is logged once whole, and
+    redacted as a whole, with ``content_block:end``'s assembled block."""
+    held: dict[str, Any] = {}
+    for key, value in payload.items():
+        if isinstance(value, str) and key not in _DELTA_META:
+            held[f"{key}_chars"] = len(value)
+        elif isinstance(value, Mapping):
+            held[key] = _held(value)
+        elif isinstance(value, list | tuple):
+            held[f"{key}_items"] = len(value)
+        else:
+            held[key] = value
+    return held
 
 
 def _batch(

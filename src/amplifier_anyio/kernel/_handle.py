@@ -160,7 +160,12 @@ class TurnHandle:
         if payload is None:
             await anyio.lowlevel.checkpoint()
             return False
+        # A `cancel` made earlier whose event is still due goes first, so the events
+        # follow the escalation (graceful, then immediate), each once, never downgraded.
+        earlier, self._pending = self._pending, None
         if self.hooks is not None:
+            if earlier is not None and earlier is not payload:
+                await self.hooks.emit(CANCEL_REQUESTED, earlier)
             await self.hooks.emit(CANCEL_REQUESTED, payload)
         return await self.token.request(immediate)
 

@@ -84,17 +84,24 @@ class LineSplitter:
     """Cuts text that arrives in pieces into lines, at ``\\r\\n``, ``\\n`` or ``\\r``.
 
     A line split across pieces is kept as a list of parts joined once (linear however it
-    trickles in); a ``\\r\\n`` split between two pieces is one line end.
+    trickles in); a ``\\r\\n`` split between two pieces is one line end. One byte-order
+    mark (U+FEFF) at the very start of the stream is dropped, as the standard says.
     """
 
     def __init__(self) -> None:
         self._partial: list[str] = []
         self._after_cr = False
+        self._started = False
 
     def feed(self, text: str) -> list[str]:
         """The lines ``text`` completes (terminators removed)."""
         if not text:
             return []
+        if not self._started:
+            self._started = True
+            text = text.removeprefix("\ufeff")
+            if not text:
+                return []
         if self._after_cr and text.startswith("\n"):
             text = text[1:]
         self._after_cr = False

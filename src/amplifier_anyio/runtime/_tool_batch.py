@@ -425,6 +425,7 @@ class ToolBatch:
                 self.succeeded[index] = False
                 return
             tool_input, problem = _decode_arguments(call.arguments)
+            own_input = tool_input  # the call's own arguments: what an approval binds to
             if self.hooks.has_handlers(TOOL_PRE):
                 payload = self._payload(index, call, tool_input)
                 pre = await self._emit(TOOL_PRE, payload, call.name, index)
@@ -450,7 +451,7 @@ class ToolBatch:
                     await self._claims.enter(index, call, tool, tool_input)
                 key = None
                 if self._journal is not None:
-                    key = await self._journal_start(call, tool, tool_input)
+                    key = await self._journal_start(call, tool, tool_input, own_input)
                 if self.config.tool_timeout is not None or call.name in self._executors:
                     result = await self._invoke(index, call, tool, tool_input, key)
                 else:
@@ -485,7 +486,11 @@ class ToolBatch:
                 if journaled:
                     await self._journal_finish(call, replaced, result.success)
         except ApprovalDeferred as deferral:
-            await self._hold_call(index, call, tool_input, deferral.prompt)
+            # held with the call's own arguments, whether the approval system deferred it
+            # in tool:pre (before the rewrite) or the tool did (after it)
+            await self._hold_call(
+                index, call, _decode_arguments(call.arguments)[0], deferral.prompt
+            )
         except ArgumentsChangedError as changed:  # an approval binds to the call it was given for
             self._slots[index] = f"Denied: {changed}"
             self.succeeded[index] = False
@@ -559,16 +564,30 @@ class ToolBatch:
 
     # -- the journal (only with a context that offers it) -----------------------------------
 
-    async def _journal_start(self, call: ToolCall, tool: Any, tool_input: Any) -> str | None:
+    async def _journal_start(
+        self, call: ToolCall, tool: Any, tool_input: Any, own_input: Any = None
+    ) -> str | None:
         """Record the call as started (fsynced) before it runs; its idempotency key.
 
-        Raises (the call's error result, the tool not run) when the record cannot be
-        written: running it unrecorded could run it twice after a crash."""
+        An approved call is recorded with its own arguments (``own_input``, before the
+        ``tool:pre`` rewrite): the decision binds to them, and the hooks' rewrite, applied
+        again on resume, is not a change of arguments. (A call held by an earlier version
+        with the rewritten input still matches that.) Raises (the call's error result, the
+        tool not run) when the record cannot be written: running it unrecorded could run
+        it twice after a crash."""
         if self._journal is None:
             return None
         idempotent = getattr(tool, "idempotent", False) is True
+        journal = self._journal
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.write_timeout):
-            return await self._journal.journal_started(
+            if call.id in self.approved and own_input is not None and own_input != tool_input:
+                try:
+                    return await journal.journal_started(
+                        call.id, call.name, own_input, idempotent=idempotent
+                    )
+                except ArgumentsChangedError:
+                    pass  # nothing was recorded: try the rewritten input it may be held with
+            return await journal.journal_started(
                 call.id, call.name, tool_input, idempotent=idempotent
             )
         msg = f"journaling the call gave up after {self.config.write_timeout} s; not run"

@@ -12,8 +12,11 @@ redirections go, and a wrapper (``sudo``, ``doas``, ``env``, ``nice``, ``nohup``
 HOME``, ``timeout -s KILL 5``, ``xargs -n 1``, ``stdbuf -oL``; ``env -S 'cmd args'`` is
 read as the command it spells). Every layer — the wrapper and what it runs — is checked
 against every rule and every ``denied_commands`` pattern, so ``nice -n 5 sudo …`` is a
-sudo and ``FOO=1 probe`` matches ``probe*``. ``bash -c '…'`` / ``eval …`` are checked
-recursively.
+sudo and ``FOO=1 probe`` matches ``probe*``. ``bash -c '…'`` / ``eval …`` / ``trap '…'
+EXIT`` are checked recursively; a shell's options are read as the shell reads them
+(``bash -lc``, ``sh -ec``, ``bash -xc``, ``sh -e -c``, ``bash -o pipefail -c``, ``bash -c
+-- '…'``). The keywords ``coproc`` (``coproc NAME { …; }`` too) and ``function f { …; }``
+are peeled like ``{``, so a function body or a coprocess is checked as it would run.
 
 This is a seatbelt against accidents, not a sandbox: a determined command can always be
 spelt so no pattern sees it (``$(printf 'r%s' m) -rf /``). Approval (hooks-approval) and
@@ -86,10 +89,12 @@ _WRAPPERS: dict[str, _Options] = {
     "ionice": _Options("cnpP", frozenset({"--class", "--classdata", "--pid", "--pgid"})),
 }
 _KEYWORDS = frozenset({"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done"})
-_KEYWORDS |= {"while", "until"}
+_KEYWORDS |= {"while", "until", "coproc"}
+_NAMING_KEYWORDS = frozenset({"function", "coproc"})  # may be followed by a name, then `{`
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
 _REDIRECT = re.compile(r"[<>&]*[<>][<>&|]*")
-_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "rbash", "mksh", "ash"})
+_SHELL_LONG_VALUES = frozenset({"--rcfile", "--init-file"})
 _SYSTEM_DIRS = frozenset(
     {
         *("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt"),
@@ -207,7 +212,11 @@ def _peel(words: list[str]) -> list[str]:
     index = 0
     while index < len(words):
         word = words[index]
-        if word in _KEYWORDS or _ASSIGNMENT.fullmatch(word):
+        if word in _NAMING_KEYWORDS and index + 2 < len(words) and words[index + 2] == "{":
+            index += 3  # `function f {` / `coproc NAME {`: the body follows
+        elif word == "function":
+            index += 2  # `function f` (its `()` is a separator): no command here
+        elif word in _KEYWORDS or _ASSIGNMENT.fullmatch(word):
             index += 1
         elif _REDIRECT.fullmatch(word):
             index += 2  # the operator and its target
@@ -264,10 +273,38 @@ def _name(word: str) -> str:
 
 def _nested(words: list[str]) -> str | None:
     name = _name(words[0])
-    if name in _SHELLS and "-c" in words[1:-1]:
-        return words[words.index("-c") + 1]
+    if name in _SHELLS:
+        return _shell_command(words)
     if name == "eval" and len(words) > 1:
         return " ".join(words[1:])
+    if name == "trap" and len(words) > 2 and not words[1].startswith("-"):
+        return words[1]  # the action it runs on a signal or at exit
+    return None
+
+
+def _shell_command(words: list[str]) -> str | None:
+    """The command string a shell is given with ``-c``, read as the shell reads its own
+    options: combined flags (``-lc``, ``-ec``, ``-xc``, ``+e -c``), options with a value
+    (``-o pipefail``, ``-O extglob``, ``--rcfile f``) and ``--`` before the string."""
+    index, command = 1, False
+    while index < len(words):
+        word = words[index]
+        if word in ("--", "-"):
+            index += 1
+            break
+        if word in _SHELL_LONG_VALUES:
+            index += 2
+            continue
+        if word.startswith("--"):
+            index += 1
+            continue
+        if len(word) < 2 or word[0] not in "-+":
+            break
+        if word[0] == "-" and "c" in word[1:]:
+            command = True
+        index += 2 if word[-1] in "oO" else 1  # -o / +o / -O take the next word
+    if command and index < len(words):
+        return words[index]
     return None
 
 
