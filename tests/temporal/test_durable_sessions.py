@@ -30,7 +30,7 @@ async def in_process(plan: dict[str, Any], prompts: list[str]) -> tuple[list[Any
     results = []
     async with AmplifierSession(plan) as session:
         for prompt in prompts:
-            results.append(await session.run(prompt))
+            results.append(await session.run(prompt))  # noqa: PERF401 - one turn after another
         messages = await session.coordinator.get("context").get_messages()
     return results, messages
 

@@ -16,9 +16,9 @@ from amplifier_anyio.models import ToolResult
 
 class MarkerTool:
     description = "Leave a mark, wait, answer."
-    input_schema = {"type": "object", "properties": {"delay": {"type": "number"}}}
 
     def __init__(self, directory: Path, *, name: str, idempotent: bool) -> None:
+        self.input_schema = {"type": "object", "properties": {"delay": {"type": "number"}}}
         self.directory = directory
         self.name = name
         self.idempotent = idempotent
@@ -37,7 +37,7 @@ class MarkerTool:
 async def mount(coordinator: Any, config: dict[str, Any] | None = None) -> None:
     config = config or {}
     directory = Path(config["dir"])
-    directory.mkdir(parents=True, exist_ok=True)
+    await anyio.Path(directory).mkdir(parents=True, exist_ok=True)
     idempotent = bool(config.get("idempotent", False))
     name = str(config.get("name", "marker"))
     await coordinator.mount(
