@@ -16,13 +16,18 @@ from typing import Any
 
 import anyio
 import attrs
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateStage
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
+)
 from temporalio.service import RPCError
 
 from ..errors import DurableSessionError
 from ..kernel._turns import TurnResult, TurnStatus
 from ..models import Usage, structure
-from ._portal import AsyncioPortal
+from ._portal import AsyncioPortal, asyncio_checkpoint
 from ._worker import DEFAULT_ADDRESS, PlanLike, connect, durable_of, load_plan, plan_key
 from ._workflow import WORKFLOW_NAME
 
@@ -169,7 +174,12 @@ class DurableSession:
             )
 
         async def outcome() -> Any:
-            return await self._handle.get_update_handle(update_id).result()
+            while True:
+                try:
+                    return await self._handle.get_update_handle(update_id).result()
+                except WorkflowUpdateRPCTimeoutOrCancelledError:
+                    # the client's own cancel turned into this: let it be the cancel it is
+                    await asyncio_checkpoint()
 
         try:
             await self._portal.call(start)

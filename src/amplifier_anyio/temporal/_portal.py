@@ -22,7 +22,7 @@ import anyio
 import anyio.to_thread
 import sniffio
 
-__all__ = ("AsyncioPortal", "host_is_asyncio")
+__all__ = ("AsyncioPortal", "host_is_asyncio", "asyncio_checkpoint")
 
 T = TypeVar("T")
 
@@ -33,6 +33,15 @@ def host_is_asyncio() -> bool:
         return sniffio.current_async_library() == "asyncio"
     except sniffio.AsyncLibraryNotFoundError:
         return False
+
+
+async def asyncio_checkpoint() -> None:
+    """Raise the cancel of the running asyncio task when one was asked for (a library that
+    turned it into an error of its own swallowed the ``CancelledError``), else yield once."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+    await asyncio.sleep(0)
 
 
 class AsyncioPortal:
