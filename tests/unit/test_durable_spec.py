@@ -1,4 +1,4 @@
-"""``session.durable`` (DESIGN §17): parsed with defaults; a bad value is one line naming the key."""
+"""``session.durable`` (DESIGN §17): defaults; a bad value is one line naming the key."""
 
 from __future__ import annotations
 
