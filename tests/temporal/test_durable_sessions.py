@@ -169,3 +169,18 @@ async def test_bad_durable_value_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^session\.durable\.tools\.maximum_attempts: ") as info:
         SessionWorker(plan)
     assert "\n" not in str(info.value)
+
+
+async def test_continue_as_new_keeps_the_messages(temporal_server: str) -> None:
+    plan = demo_plan([reply("one"), reply("two"), reply("three")])
+    plan["session"]["durable"] = {"continue_as_new_after_turns": 1}
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        texts = [(await session.run(p)).text for p in ("a", "b", "c")]
+        messages = await session.messages()
+    assert texts == ["one", "two", "three"]
+    assert [m["role"] for m in messages] == ["user", "assistant"] * 3

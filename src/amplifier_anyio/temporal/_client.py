@@ -137,11 +137,12 @@ class TemporalSessions:
             )
 
         try:
-            handle = await portal.call(begin)
+            await portal.call(begin)
         except RPCError as exc:
             msg = f"cannot start durable session {session_id!r}: {exc}"
             raise DurableSessionError(msg) from exc
-        return DurableSession(session_id, handle, portal)
+        # no run id: the handle follows the session across continue-as-new
+        return DurableSession(session_id, client.get_workflow_handle(session_id), portal)
 
     async def attach(self, session_id: str) -> DurableSession:
         """The running durable session ``session_id`` (from any process)."""
