@@ -59,6 +59,7 @@ from typing import Any
 
 __all__ = (
     "AmplifierError",
+    "DurableSessionError",
     "ConfigError",
     "ValidationError",
     "ContextFileError",
@@ -204,6 +205,11 @@ class ContextWriteError(AmplifierError):
 
 class SessionError(AmplifierError, RuntimeError):
     """A session was used in a state that does not allow the call."""
+
+
+class DurableSessionError(SessionError):
+    """A durable session (``amplifier_anyio.temporal``) could not do what was asked: the
+    Temporal server cannot be reached, the session does not exist, a turn failed there."""
 
 
 class DelegationError(AmplifierError, ValueError):

@@ -34,6 +34,7 @@ COMMANDS: tuple[LazyCommand, ...] = (
     LazyCommand("bench", "bench", "bench_command"),
     LazyCommand("sessions", "sessions", "app", group=True),
     LazyCommand("mcp", "mcp", "app", group=True),
+    LazyCommand("temporal", "temporal", "app", group=True),
 )
 """The commands in the order ``--help`` lists them: name, module of this package, and the
 function (or, for a group of sub-commands, the Typer app) that module defines."""
@@ -76,4 +77,19 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    try:
+        app()
+    except SystemExit as done:
+        import sys
+
+        temporal = sys.modules.get(f"{__name__}.temporal")
+        if temporal is not None and temporal.CLIENT_USED["value"]:
+            # A Temporal client can abort the interpreter's exit (sdk-python issue 300):
+            # leave with the command's own exit code once the output is flushed.
+            import os
+
+            sys.stdout.flush()
+            sys.stderr.flush()
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+            os._exit(code)
+        raise

@@ -7,7 +7,7 @@ import json
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import anyio
 import attrs
@@ -177,6 +177,14 @@ def run_command(
             system_text = system_text if system_text is not None else instruction
         if system_text is not None:  # --system replaces a bundle's instruction
             mount_plan = attrs.evolve(mount_plan, instruction=system_text)
+        if mount_plan.durable is not None and text is not None and resumed is None:
+            from .temporal import run_durable  # the turn runs on a Temporal worker
+
+            try:
+                result, session_id = run_durable(mount_plan, text, backend)
+            except Exception as exc:  # noqa: BLE001 - any failure is one line and an exit code
+                raise run_failure(exc) from None
+            _finish(result, session_id, json_output)
         log = EventLog(events_jsonl) if events_jsonl is not None else None
         turn = _Turn(mount_plan, text, system=system_text, events=events, log=log, strict=strict)
         turn.plan_file = options.plan
@@ -186,6 +194,11 @@ def run_command(
         finally:
             if log is not None:
                 log.close()
+    _finish(result, session_id, json_output)
+
+
+def _finish(result: TurnResult, session_id: str, json_output: bool) -> NoReturn:
+    """Print the turn's outcome and leave with its exit code."""
     if json_output:
         say(json.dumps(turn_json(result, session_id), ensure_ascii=False), console=out)
     if result.status is TurnStatus.ERROR:

@@ -357,6 +357,7 @@ class HookRegistry:
         amplifier-core HookResult, a dict with ``action``); one that cannot be converted,
         or whose reading raises, is treated as a failure.
         """
+        result: Any
         try:
             if entry.inline:
                 started = time.perf_counter()
@@ -461,9 +462,7 @@ async def _invoke(entry: _Entry, event: str, data: dict[str, Any]) -> Any:
     return await run_blocking(entry.handler, event, data)
 
 
-def _check_options(
-    handler: Handler, *, is_async: bool, blocking: bool, timeout: float | None
-) -> None:
+def _check_options(handler: Any, *, is_async: bool, blocking: Any, timeout: Any) -> None:
     """Reject a registration whose options cannot mean anything (ConfigError)."""
     if not callable(handler):
         msg = f"handler: expected a callable, got {handler!r}"

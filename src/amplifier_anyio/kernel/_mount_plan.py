@@ -52,6 +52,8 @@ __all__ = (
     "ModuleSpec",
     "MountPlan",
     "CassetteSpec",
+    "DurableSpec",
+    "ActivitySpec",
     "CASSETTE_MODES",
     "ProvidersPolicy",
     "FAILOVER_CONDITIONS",
@@ -144,6 +146,153 @@ class CassetteSpec:
     def to_dict(self) -> dict[str, Any]:
         """The plan's ``session.cassette`` table."""
         return {"path": self.path, "mode": self.mode, "tools": self.tools}
+
+
+DURABLE_ENGINES = ("temporal",)
+"""What ``session.durable.engine`` may be."""
+
+
+def _seconds(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        _fail(field, f"expected a number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _count(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        _fail(field, f"expected an integer >= 1, got {value!r}")
+    return value
+
+
+def _text(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        _fail(field, f"expected a non-empty string, got {_kind(value)}")
+    return value
+
+
+def _table(value: Any, field: str, keys: tuple[str, ...]) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        _fail(field, f"expected a table, got {_kind(value)}")
+    unknown = sorted(str(k) for k in value if k not in keys)
+    if unknown:
+        _fail(f"{field}.{unknown[0]}", f"unknown key (expected {', '.join(keys)})")
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class ActivitySpec:
+    """How one kind of durable activity runs (seconds; attempts in total)."""
+
+    start_to_close_timeout: float = 300.0
+    heartbeat_timeout: float = 10.0
+    maximum_attempts: int = 1
+
+    @classmethod
+    def from_value(cls, value: Any, field: str, default: ActivitySpec) -> ActivitySpec:
+        """Parse a ``{start_to_close_timeout, heartbeat_timeout, maximum_attempts}`` table."""
+        keys = ("start_to_close_timeout", "heartbeat_timeout", "maximum_attempts")
+        table = _table(value, field, keys)
+        return cls(
+            start_to_close_timeout=_seconds(
+                table.get("start_to_close_timeout", default.start_to_close_timeout),
+                f"{field}.start_to_close_timeout",
+            ),
+            heartbeat_timeout=_seconds(
+                table.get("heartbeat_timeout", default.heartbeat_timeout),
+                f"{field}.heartbeat_timeout",
+            ),
+            maximum_attempts=_count(
+                table.get("maximum_attempts", default.maximum_attempts),
+                f"{field}.maximum_attempts",
+            ),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The table this spec was parsed from (every key)."""
+        return {
+            "start_to_close_timeout": self.start_to_close_timeout,
+            "heartbeat_timeout": self.heartbeat_timeout,
+            "maximum_attempts": self.maximum_attempts,
+        }
+
+
+_PROVIDER_ACTIVITY = ActivitySpec(maximum_attempts=3)
+_TOOL_ACTIVITY = ActivitySpec(maximum_attempts=3)
+
+
+@attrs.frozen(kw_only=True)
+class DurableSpec:
+    """``session.durable``: the session runs on Temporal (DESIGN §17, docs/durable-sessions.md).
+
+    ``provider`` and ``tools`` govern the activities: a provider call is retried up to
+    ``provider.maximum_attempts`` times; a tool call runs once unless its tool declares
+    ``idempotent = True``, which gets ``tools.maximum_attempts``. ``sticky_timeout`` is how
+    long a session's workflow tasks wait for the worker that last ran them before another
+    worker takes them (what bounds failover after a worker dies), and
+    ``continue_as_new_after_turns`` starts a fresh history every N turns, messages kept.
+    """
+
+    engine: str = "temporal"
+    address: str = "127.0.0.1:7233"
+    namespace: str = "default"
+    task_queue: str = "amplifier"
+    provider: ActivitySpec = _PROVIDER_ACTIVITY
+    tools: ActivitySpec = _TOOL_ACTIVITY
+    sticky_timeout: float = 1.0
+    continue_as_new_after_turns: int = 100
+
+    @classmethod
+    def from_value(cls, value: Any, field: str = "session.durable") -> DurableSpec:
+        """Parse the table; a bad value is a one-line ConfigError naming the key."""
+        keys = (
+            "engine",
+            "address",
+            "namespace",
+            "task_queue",
+            "provider",
+            "tools",
+            "sticky_timeout",
+            "continue_as_new_after_turns",
+        )
+        table = _table(value, field, keys)
+        engine = table.get("engine", "temporal")
+        if engine not in DURABLE_ENGINES:
+            _fail(
+                f"{field}.engine", f"expected one of {', '.join(DURABLE_ENGINES)}, got {engine!r}"
+            )
+        default = cls()
+        return cls(
+            engine=engine,
+            address=_text(table.get("address", default.address), f"{field}.address"),
+            namespace=_text(table.get("namespace", default.namespace), f"{field}.namespace"),
+            task_queue=_text(table.get("task_queue", default.task_queue), f"{field}.task_queue"),
+            provider=ActivitySpec.from_value(
+                table.get("provider"), f"{field}.provider", _PROVIDER_ACTIVITY
+            ),
+            tools=ActivitySpec.from_value(table.get("tools"), f"{field}.tools", _TOOL_ACTIVITY),
+            sticky_timeout=_seconds(
+                table.get("sticky_timeout", default.sticky_timeout), f"{field}.sticky_timeout"
+            ),
+            continue_as_new_after_turns=_count(
+                table.get("continue_as_new_after_turns", default.continue_as_new_after_turns),
+                f"{field}.continue_as_new_after_turns",
+            ),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan's ``session.durable`` table (every key)."""
+        return {
+            "engine": self.engine,
+            "address": self.address,
+            "namespace": self.namespace,
+            "task_queue": self.task_queue,
+            "provider": self.provider.to_dict(),
+            "tools": self.tools.to_dict(),
+            "sticky_timeout": self.sticky_timeout,
+            "continue_as_new_after_turns": self.continue_as_new_after_turns,
+        }
 
 
 FAILOVER_CONDITIONS = ("5xx", "timeout", "stream_cut", "network")
@@ -258,6 +407,8 @@ class MountPlan:
     """The session's cassette (``session.cassette``); None: providers are called."""
     providers_policy: ProvidersPolicy | None = None
     """Failover and hedging (``session.providers_policy``); None: one provider per call."""
+    durable: DurableSpec | None = None
+    """Where the session runs durably (``session.durable``); None: in this process."""
     raw: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
@@ -306,6 +457,7 @@ class MountPlan:
             executor=_executor(session.get("executor"), "session.executor"),
             cassette=_cassette(session.get("cassette")),
             providers_policy=_policy(session.get("providers_policy")),
+            durable=_durable(session.get("durable")),
             raw=_raw(expanded, agents if "agents" in data else None),
         )
 
@@ -560,6 +712,10 @@ def _executor(value: Any, field: str) -> ModuleSpec | None:
 
 def _cassette(value: Any) -> CassetteSpec | None:
     return None if value is None else CassetteSpec.from_value(value)
+
+
+def _durable(value: Any) -> DurableSpec | None:
+    return None if value is None else DurableSpec.from_value(value)
 
 
 def _policy(value: Any) -> ProvidersPolicy | None:

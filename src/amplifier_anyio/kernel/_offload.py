@@ -73,7 +73,8 @@ class BlockingLane:
         call = self._current = _LaneCall(fn, args)
         call.start()
         await call.wait()
-        return call.outcome()
+        value: T = call.outcome()
+        return value
 
 
 _SLICE = 0.25

@@ -177,6 +177,7 @@ _SESSION_KEYS = frozenset(
         "budget",
         "max_agent_depth",
         "cassette",
+        "durable",
         "providers_policy",
         "injection_budget_per_turn",
         "injection_size_limit",

@@ -39,7 +39,7 @@ import inspect
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -291,7 +291,7 @@ class ToolBatch:
         self,
         tg: anyio.abc.TaskGroup,
         index: int,
-        run: Callable[..., Awaitable[None]],
+        run: Callable[..., Coroutine[Any, Any, None]],
         *args: Any,
     ) -> None:
         if self._turns is None:
@@ -300,7 +300,7 @@ class ToolBatch:
             tg.start_soon(self._in_turn, index, run, args)
 
     async def _in_turn(
-        self, index: int, run: Callable[..., Awaitable[None]], args: tuple[Any, ...]
+        self, index: int, run: Callable[..., Coroutine[Any, Any, None]], args: tuple[Any, ...]
     ) -> None:
         """Start a call once the call before it has started to emit its ``tool:pre``.
 

@@ -58,6 +58,15 @@ from ..kernel._turns import PendingApproval, TurnResult, TurnStatus
 from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
 from ..models._validators import number
 from ..providers.pricing import PriceTable
+from ._policy import (
+    INCOMPLETE_FINISH_REASONS,
+    PAUSE_TURN,
+    Step,
+    answer_status,
+    execution_status,
+    next_step,
+    within_limit,
+)
 from ._progress import DEFAULT_REPEATS, NO_PROGRESS_FINISH_REASON, ProgressVerdict, ProgressWatch
 from ._prompt_cache import report_cache
 from ._race import PROVIDERS_POLICY, call_with_policy
@@ -93,25 +102,6 @@ ToolRunner = Callable[["Turn", ChatResponse, list[ToolCall]], Awaitable[None]]
 
 It must leave every call answered in the context (the default,
 [`Turn.run_batch`][amplifier_anyio.runtime.Turn.run_batch], does so on every path)."""
-
-INCOMPLETE_FINISH_REASONS = frozenset(
-    {"length", "max_tokens", "content_filter", "refusal", "model_context_window_exceeded"}
-)
-"""Finish reasons of an answer that was cut, refused or filtered: the turn ends
-``incomplete`` with that reason, never a silent ``success``."""
-
-PAUSE_TURN = "pause_turn"
-"""Anthropic's finish reason for a long server-side turn it paused: the turn goes on."""
-
-_MAX_PAUSES = 8  # consecutive pause_turn answers before the turn ends incomplete
-
-_EXECUTION_STATUS = {
-    TurnStatus.SUCCESS: "completed",
-    TurnStatus.INCOMPLETE: "incomplete",
-    TurnStatus.ERROR: "error",
-    TurnStatus.CANCELLED: "cancelled",
-    TurnStatus.AWAITING_APPROVAL: "awaiting_approval",
-}
 
 
 @attrs.frozen(kw_only=True)
@@ -248,21 +238,22 @@ class Turn:
             return
         limit = self.config.max_iterations
         pauses = 0
-        while limit == -1 or self.iterations < limit:
+        while within_limit(self.iterations, limit):
             if self._stopped():
                 return
             response = await self.call_provider(provider, with_tools=True)
             if response is None:
                 return
             calls = tool_calls_of(provider, response)
-            if not calls and response.finish_reason == PAUSE_TURN and pauses < _MAX_PAUSES:
+            step = next_step(len(calls), response.finish_reason, pauses)
+            if step is Step.PAUSE:
                 # The server paused its own long turn: send what it said back, go on.
                 pauses += 1
                 if response.content:
                     await self.context.add_message(assistant_message(response, ()))
                 continue
             pauses = 0
-            if not calls:
+            if step is Step.ANSWER:
                 await self.answer(response)
                 return
             await (self.run_tools or Turn.run_batch)(self, response, calls)
@@ -498,10 +489,8 @@ class Turn:
         if response.content:
             await self.context.add_message(assistant_message(response, ()))
         self.text = response.text
-        cut = response.finish_reason in INCOMPLETE_FINISH_REASONS
-        self.status = TurnStatus.INCOMPLETE if cut else TurnStatus.SUCCESS
-        if response.finish_reason == PAUSE_TURN:  # paused more often than we go on
-            self.status = TurnStatus.INCOMPLETE
+        # cut, refused, filtered, or paused more often than we go on: incomplete (_policy)
+        self.status = answer_status(response.finish_reason)
 
     async def _wrap_up(self, provider: Provider) -> None:
         """The iteration limit: one last call without tools; its text is the answer."""
@@ -509,7 +498,7 @@ class Turn:
         if response is None:
             return
         await self.answer(response)
-        self.status = TurnStatus.INCOMPLETE
+        self.status = answer_status(response.finish_reason, at_limit=True)
 
     # -- hooks -----------------------------------------------------------------------------
 
@@ -556,7 +545,7 @@ class Turn:
                     "status": str(self.status),
                 },
             )
-            end: dict[str, Any] = {"response": self.text, "status": _EXECUTION_STATUS[self.status]}
+            end: dict[str, Any] = {"response": self.text, "status": execution_status(self.status)}
             if self.status is TurnStatus.ERROR and self.error is not None:
                 end["error"] = {"type": type(self.error).__name__, "msg": str(self.error)}
             await self._terminal(EXECUTION_END, end)

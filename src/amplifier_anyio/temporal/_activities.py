@@ -1,0 +1,178 @@
+"""The activities of a durable session: one provider call, one tool call.
+
+Both run on the worker's mounted session (its providers, tools, hooks and coordinator,
+mounted once per process) through the in-process engine's own code: a provider call is
+[`Turn.call_provider`][amplifier_anyio.runtime.Turn.call_provider] (the ``provider:*`` and
+``llm:*`` events, usage, cost), a tool call is a one-call
+[`ToolBatch`][amplifier_anyio.runtime.ToolBatch] (``tool:pre``, the tool, ``tool:post``,
+errors and timeouts as results). So the messages are those the in-process turn writes.
+
+Each heartbeats while it runs, so a dead worker is noticed within the heartbeat timeout
+and a cancel reaches the call. A tool call's idempotency key is ``{session id}/{call id}``
+(``current_tool_call().idempotency_key``): the same in every attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import anyio
+import attrs
+from temporalio import activity
+
+from ..kernel._handle import TurnHandle
+from ..models import ToolCall, unstructure
+from ..runtime._requests import assistant_message, select_provider, tool_calls_of
+from ..runtime._tool_batch import ToolBatch
+from ..runtime._turn import Turn
+
+__all__ = ("SessionActivities", "Mounted")
+
+T = TypeVar("T")
+
+
+@attrs.define(eq=False)
+class Mounted:
+    """One plan's mounted session in a worker, and the engine's settings for it."""
+
+    coordinator: Any
+    turn_config: Any
+    batch_config: Any
+    orchestrator: str = "loop-basic"
+
+
+class _Scratch:
+    """The context of one activity: the messages it was given, what it adds, and the
+    journal protocol (so a tool sees its idempotency key)."""
+
+    def __init__(self, messages: list[dict[str, Any]], key: str | None = None) -> None:
+        self.messages = messages
+        self.key = key
+
+    async def add_message(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+
+    async def add_messages(self, messages: list[dict[str, Any]]) -> None:
+        self.messages.extend(messages)
+
+    async def get_messages(self) -> list[dict[str, Any]]:
+        return list(self.messages)
+
+    async def get_messages_for_request(self, **_: Any) -> list[dict[str, Any]]:
+        return list(self.messages)
+
+    async def journal_started(
+        self, call_id: str, tool: str, arguments: Any, *, idempotent: bool = False
+    ) -> str:
+        await anyio.lowlevel.checkpoint()
+        return self.key or call_id
+
+    async def journal_finished(self, call_id: str, content: str, *, success: bool = True) -> None:
+        await anyio.lowlevel.checkpoint()
+
+
+class SessionActivities:
+    """The activity functions of a worker, over its mounted plans (by plan key)."""
+
+    def __init__(self, mounted: Mapping[str, Mounted], *, heartbeat_every: float = 1.0) -> None:
+        self.mounted = mounted
+        self.heartbeat_every = heartbeat_every
+
+    def _plan(self, key: str) -> Mounted:
+        found = self.mounted.get(key)
+        if found is None and len(self.mounted) == 1:
+            found = next(iter(self.mounted.values()))
+        if found is None:
+            msg = f"this worker has no plan {key!r} (it has: {', '.join(self.mounted)})"
+            raise LookupError(msg)
+        return found
+
+    @activity.defn(name="amplifier-provider-call")
+    async def provider_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One provider call on the session's messages; the reply as plain data."""
+        return await self._beating(lambda: self._provider_call(request))
+
+    async def _provider_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        mounted = self._plan(request["plan"])
+        coordinator = mounted.coordinator
+        providers = coordinator.get("providers") or {}
+        tools = coordinator.get("tools") or {}
+        turn = Turn(
+            prompt="",
+            context=_Scratch(list(request["messages"])),  # type: ignore[arg-type]
+            providers=providers,
+            tools=tools,
+            hooks=coordinator.hooks,
+            coordinator=coordinator,
+            handle=TurnHandle(hooks=coordinator.hooks),
+            config=mounted.turn_config,
+            batch=mounted.batch_config,
+            orchestrator=mounted.orchestrator,
+            trace_id=request["trace_id"],
+        )
+        turn.iterations = int(request["iteration"])
+        turn.provider_name, provider = select_provider(
+            providers, mounted.turn_config.default_provider
+        )
+        response = await turn.call_provider(
+            provider, with_tools=bool(request["with_tools"]), reminder=bool(request["reminder"])
+        )
+        if response is None:  # a hook denied the call
+            return {"denied": turn.text, "finish_reason": None, "usage": None, "calls": []}
+        calls = tool_calls_of(provider, response) if request["with_tools"] else []
+        return {
+            "assistant": assistant_message(response, calls),
+            "calls": [
+                {
+                    **unstructure(call),
+                    "idempotent": getattr(tools.get(call.name), "idempotent", False) is True,
+                }
+                for call in calls
+            ],
+            "text": response.text,
+            "has_content": bool(response.content),
+            "finish_reason": response.finish_reason,
+            "usage": unstructure(response.usage) if response.usage is not None else None,
+            "denied": None,
+        }
+
+    @activity.defn(name="amplifier-tool-call")
+    async def tool_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One tool call (``tool:pre``, the tool, ``tool:post``); its ``role: tool`` message."""
+        return await self._beating(lambda: self._tool_call(request))
+
+    async def _tool_call(self, request: dict[str, Any]) -> dict[str, Any]:
+        mounted = self._plan(request["plan"])
+        coordinator = mounted.coordinator
+        item = request["call"]
+        call = ToolCall(id=str(item["id"]), name=str(item["name"]), arguments=item["arguments"])
+        batch = ToolBatch(
+            calls=[call],
+            tools=coordinator.get("tools") or {},
+            hooks=coordinator.hooks,
+            coordinator=coordinator,
+            handle=TurnHandle(hooks=coordinator.hooks),
+            config=mounted.batch_config,
+            parallel_group_id=str(request["group"]),
+        )
+        scratch = _Scratch([], key=str(request["key"]))
+        placeholder = {"role": "assistant", "content": [], "tool_calls": [unstructure(call)]}
+        await batch.run(scratch, placeholder)  # type: ignore[arg-type]
+        result: dict[str, Any] = scratch.messages[1]
+        return result
+
+    async def _beating(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Run ``work`` while heartbeating; Temporal's cancel of the activity cancels it."""
+        found: list[T] = []
+        async with anyio.create_task_group() as group:
+
+            async def beat() -> None:
+                while True:
+                    activity.heartbeat()
+                    await anyio.sleep(self.heartbeat_every)
+
+            group.start_soon(beat)
+            found.append(await work())
+            group.cancel_scope.cancel()
+        return found[0]

@@ -1,0 +1,219 @@
+"""``TemporalSessions`` and ``DurableSession``: the host's side of a durable session.
+
+Usable from asyncio and trio: the Temporal client is asyncio, so under trio every call
+goes through an asyncio loop on a thread of its own (``_portal``); under asyncio it runs
+on the host's loop. A cancel around ``run()`` (a trio cancel scope, an anyio deadline, an
+asyncio task cancel) cancels the turn on the server — immediately: every call is answered,
+the turn ends ``cancelled`` — waits (bounded) for the turn to close, and propagates.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import attrs
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
+)
+from temporalio.service import RPCError
+
+from ..errors import DurableSessionError
+from ..kernel._turns import TurnResult, TurnStatus
+from ..models import Usage, structure
+from ._portal import AsyncioPortal, asyncio_checkpoint
+from ._worker import DEFAULT_ADDRESS, PlanLike, connect, durable_of, load_plan, plan_key
+from ._workflow import WORKFLOW_NAME
+
+__all__ = ("TemporalSessions", "DurableSession", "turn_result", "settings_of")
+
+CANCEL_WAIT = 30.0
+"""How long a cancelled ``run()`` waits for its turn to close before it propagates."""
+
+
+def settings_of(plan: Any) -> dict[str, Any]:
+    """What the workflow needs of a plan: the loop's iteration limit, the activities'
+    options, when to continue as new, and the plan's key among a worker's plans."""
+    parsed = load_plan(plan)
+    spec = durable_of(parsed)
+    limit = (parsed.orchestrator.config or {}).get("max_iterations", -1)
+    return {
+        "plan": plan_key(parsed),
+        "max_iterations": int(limit),
+        "provider": spec.provider.to_dict(),
+        "tools": spec.tools.to_dict(),
+        "continue_as_new_after_turns": spec.continue_as_new_after_turns,
+    }
+
+
+def turn_result(data: Mapping[str, Any]) -> TurnResult:
+    """A TurnResult from the workflow's plain data."""
+    error = data.get("error")
+    return TurnResult(
+        text=str(data.get("text", "")),
+        status=TurnStatus(data["status"]),
+        turn_count=int(data.get("turn_count", 0)),
+        usage=structure(data.get("usage") or {}, Usage),
+        error=DurableSessionError(f"{error['type']}: {error['msg']}") if error else None,
+        trace_id=data.get("trace_id"),
+        finish_reason=data.get("finish_reason"),
+    )
+
+
+class TemporalSessions:
+    """A client of durable sessions (``async with``; asyncio or trio).
+
+    ``connect_timeout`` bounds reaching the server: an unreachable server is a
+    [`DurableSessionError`][amplifier_anyio.DurableSessionError] within it.
+    """
+
+    def __init__(
+        self,
+        *,
+        address: str = DEFAULT_ADDRESS,
+        namespace: str = "default",
+        task_queue: str = "amplifier",
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.address = address
+        self.namespace = namespace
+        self.task_queue = task_queue
+        self.connect_timeout = connect_timeout
+        self._portal: AsyncioPortal | None = None
+        self._client: Client | None = None
+
+    async def __aenter__(self) -> TemporalSessions:
+        portal = AsyncioPortal()
+        await portal.__aenter__()
+        try:
+            self._client = await portal.call(
+                connect, self.address, self.namespace, self.connect_timeout
+            )
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await portal.__aexit__(None, None, None)
+            raise
+        self._portal = portal
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        portal, self._portal, self._client = self._portal, None, None
+        if portal is not None:
+            await portal.__aexit__(None, None, None)
+
+    def _open(self) -> tuple[AsyncioPortal, Client]:
+        if self._portal is None or self._client is None:
+            msg = "TemporalSessions is not open: use `async with TemporalSessions(...)`"
+            raise DurableSessionError(msg)
+        return self._portal, self._client
+
+    async def open(
+        self,
+        plan: PlanLike,
+        session_id: str | None = None,
+        *,
+        messages: list[dict[str, Any]] | None = None,
+    ) -> DurableSession:
+        """Start a new durable session for ``plan`` (a worker on the task queue must have
+        the same plan mounted); ``messages`` seed its history."""
+        portal, client = self._open()
+        settings = await anyio.to_thread.run_sync(settings_of, plan)
+        session_id = session_id or str(uuid.uuid4())
+        start = {"settings": settings, "messages": list(messages or [])}
+
+        async def begin() -> WorkflowHandle[Any, Any]:
+            return await client.start_workflow(
+                WORKFLOW_NAME,
+                start,
+                id=session_id,
+                task_queue=self.task_queue,
+                task_timeout=timedelta(seconds=10),
+            )
+
+        try:
+            await portal.call(begin)
+        except RPCError as exc:
+            msg = f"cannot start durable session {session_id!r}: {exc}"
+            raise DurableSessionError(msg) from exc
+        # no run id: the handle follows the session across continue-as-new
+        return DurableSession(session_id, client.get_workflow_handle(session_id), portal)
+
+    async def attach(self, session_id: str) -> DurableSession:
+        """The running durable session ``session_id`` (from any process)."""
+        portal, client = self._open()
+        handle = client.get_workflow_handle(session_id)
+        try:
+            await portal.call(handle.describe)
+        except RPCError as exc:
+            msg = f"no durable session {session_id!r}: {exc}"
+            raise DurableSessionError(msg) from exc
+        return DurableSession(session_id, handle, portal)
+
+
+@attrs.define(eq=False)
+class DurableSession:
+    """One durable session: turns, cancels, its messages (any process may hold one)."""
+
+    id: str
+    _handle: WorkflowHandle[Any, Any]
+    _portal: AsyncioPortal
+
+    async def run(self, prompt: str) -> TurnResult:
+        """Run one turn on the session's workers and return its result. A cancel here
+        cancels the turn there (immediately), waits for it to close, and propagates."""
+        update_id = uuid.uuid4().hex
+
+        async def start() -> Any:
+            return await self._handle.start_update(
+                "run", prompt, id=update_id, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+            )
+
+        async def outcome() -> Any:
+            while True:
+                try:
+                    return await self._handle.get_update_handle(update_id).result()
+                except WorkflowUpdateRPCTimeoutOrCancelledError:
+                    # the client's own cancel turned into this: let it be the cancel it is
+                    await asyncio_checkpoint()
+
+        try:
+            await self._portal.call(start)
+            data = await self._portal.call(outcome)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_WAIT):
+                await self._portal.call(self._handle.signal, "cancel", True)
+                await self._portal.call(outcome)
+            raise
+        return turn_result(data)
+
+    async def cancel(self, immediate: bool = False) -> None:
+        """Cancel the running turn: graceful (the running batch finishes, no new provider
+        call) or immediate (running calls cancelled, each answered)."""
+        await self._portal.call(self._handle.signal, "cancel", immediate)
+
+    async def messages(self) -> list[dict[str, Any]]:
+        """The session's messages."""
+        found: list[dict[str, Any]] = await self._portal.call(self._handle.query, "messages")
+        return found
+
+    async def pending_approvals(self) -> list[dict[str, Any]]:
+        """The calls that wait for a decision."""
+        found: list[dict[str, Any]] = await self._portal.call(
+            self._handle.query, "pending_approvals"
+        )
+        return found
+
+    async def last_result(self) -> TurnResult | None:
+        """The last turn's result, or None before the first."""
+        data = await self._portal.call(self._handle.query, "last_result")
+        return None if data is None else turn_result(data)
+
+    async def close(self) -> None:
+        """End the session's workflow (after a running turn)."""
+        await self._portal.call(self._handle.signal, "close")

@@ -1,0 +1,209 @@
+"""``SessionWorker``: runs the session workflow and its activities for one or more plans.
+
+Each plan is mounted once per process (an ``AmplifierSession`` opened for the worker's
+lifetime: its providers, tools and hooks serve every session's activities). The Temporal
+worker is asyncio: it runs, with the mounted modules, on an asyncio loop of its own thread
+(``_portal``), whatever the host's backend; ``serve()`` runs it on the caller's asyncio
+loop instead (the ``amplifier-anyio temporal worker`` command).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from ..errors import ConfigError, DurableSessionError
+from ..kernel._mount_plan import DurableSpec, MountPlan
+from ..runtime._tool_batch import ToolBatchConfig
+from ..runtime._turn import TurnConfig
+from ._activities import Mounted, SessionActivities
+from ._portal import AsyncioPortal, wait_future
+from ._workflow import SessionWorkflow
+
+__all__ = ("SessionWorker", "PlanLike", "load_plan", "plan_key", "durable_of", "connect")
+
+PlanLike = MountPlan | Mapping[str, Any] | str | Path
+"""A plan as the durable API takes it: parsed, a dict, or a YAML/TOML file path."""
+
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+
+
+def load_plan(plan: PlanLike) -> MountPlan:
+    """``plan`` parsed (a file is read here: call it before the loop is busy)."""
+    if isinstance(plan, MountPlan):
+        return plan
+    if isinstance(plan, Mapping):
+        return MountPlan.from_dict(dict(plan))
+    return MountPlan.from_file(plan)
+
+
+def plan_key(plan: MountPlan) -> str:
+    """A plan's name among a worker's plans: the digest of its canonical JSON."""
+    text = json.dumps(plan.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def durable_of(plan: MountPlan) -> DurableSpec:
+    """The plan's ``session.durable`` settings (defaults when it has none)."""
+    return plan.durable or DurableSpec()
+
+
+async def connect(address: str, namespace: str, timeout: float) -> Client:
+    """A Temporal client, or a one-line DurableSessionError within ``timeout`` seconds."""
+    try:
+        with anyio.fail_after(timeout):
+            return await Client.connect(address, namespace=namespace)
+    except TimeoutError:
+        msg = f"cannot reach the Temporal server at {address}: no answer within {timeout} s"
+        raise DurableSessionError(msg) from None
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        msg = f"cannot reach the Temporal server at {address}: {first}"
+        raise DurableSessionError(msg) from exc
+
+
+class SessionWorker:
+    """Runs durable sessions' workflow and activities (``async with``; any backend).
+
+    ``plans`` is a plan, or a mapping of names to plans, or a list. Address, namespace,
+    task queue and sticky timeout default to the first plan's ``session.durable``.
+    ``heartbeat_every`` is how often a running activity heartbeats (seconds).
+    """
+
+    def __init__(
+        self,
+        plans: PlanLike | Mapping[str, PlanLike] | list[PlanLike],
+        *,
+        address: str | None = None,
+        namespace: str | None = None,
+        task_queue: str | None = None,
+        sticky_timeout: float | None = None,
+        heartbeat_every: float = 0.5,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        if isinstance(plans, list):
+            parsed = [load_plan(p) for p in plans]
+        elif isinstance(plans, Mapping) and not _looks_like_plan(plans):
+            parsed = [load_plan(p) for p in plans.values()]
+        else:
+            parsed = [load_plan(plans)]
+        if not parsed:
+            msg = "SessionWorker: no plan given"
+            raise ConfigError(msg)
+        self.plans = {plan_key(p): p for p in parsed}
+        spec = durable_of(parsed[0])
+        self.address = address or spec.address
+        self.namespace = namespace or spec.namespace
+        self.task_queue = task_queue or spec.task_queue
+        self.sticky_timeout = spec.sticky_timeout if sticky_timeout is None else sticky_timeout
+        self.heartbeat_every = heartbeat_every
+        self.connect_timeout = connect_timeout
+        self._portal: AsyncioPortal | None = None
+        self._future: concurrent.futures.Future[None] | None = None
+        self._stop: asyncio.Event | None = None
+
+    async def __aenter__(self) -> SessionWorker:
+        portal = AsyncioPortal(thread=True)
+        await portal.__aenter__()
+        self._portal = portal
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        self._stop = asyncio.Event()  # bound to the portal's loop when first awaited there
+        self._future = portal.submit(self._serve, lambda: ready.set_result(None))
+
+        def settle(done: concurrent.futures.Future[None]) -> None:
+            if not ready.done():
+                ready.set_exception(_failure(done))
+
+        self._future.add_done_callback(settle)
+        try:
+            await wait_future(ready)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._close()
+
+    async def _close(self) -> None:
+        portal, future = self._portal, self._future
+        if portal is None:
+            return
+        if future is not None and self._stop is not None:
+            portal.call_soon(self._stop.set)
+            await anyio.to_thread.run_sync(concurrent.futures.wait, [future])
+        await portal.__aexit__(None, None, None)
+        self._portal = self._future = None
+
+    async def serve(self, ready: Callable[[], None] | None = None) -> None:
+        """Run on the caller's asyncio loop until cancelled (the CLI's worker)."""
+        self._stop = asyncio.Event()
+        await self._serve(ready or (lambda: None))
+
+    async def _serve(self, ready: Callable[[], None]) -> None:
+        client = await connect(self.address, self.namespace, self.connect_timeout)
+        async with AsyncExitStack() as stack:
+            mounted = {}
+            for key, plan in self.plans.items():
+                mounted[key] = await _mount(stack, plan)
+            activities = SessionActivities(mounted, heartbeat_every=self.heartbeat_every)
+            restrictions = SandboxRestrictions.default.with_passthrough_modules(
+                "amplifier_anyio", "attrs", "cattrs", "anyio", "httpx", "yaml"
+            )
+            worker = Worker(
+                client,
+                task_queue=self.task_queue,
+                workflows=[SessionWorkflow],
+                activities=[activities.provider_call, activities.tool_call],
+                workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
+                sticky_queue_schedule_to_start_timeout=timedelta(seconds=self.sticky_timeout),
+                max_heartbeat_throttle_interval=timedelta(seconds=self.heartbeat_every),
+                default_heartbeat_throttle_interval=timedelta(seconds=self.heartbeat_every),
+                graceful_shutdown_timeout=timedelta(seconds=5),
+            )
+            async with worker:
+                ready()
+                assert self._stop is not None
+                await self._stop.wait()
+
+
+async def _mount(stack: AsyncExitStack, plan: MountPlan) -> Mounted:
+    from ..kernel._session import AmplifierSession  # noqa: PLC0415 - the kernel's heavy part
+
+    session = AmplifierSession(plan)
+    await stack.enter_async_context(session)
+    orchestrator = session.coordinator.get("orchestrator")
+    config = getattr(orchestrator, "config", None)
+    turn_of = getattr(config, "turn_config", None)
+    batch_of = getattr(config, "batch_config", None)
+    return Mounted(
+        coordinator=session.coordinator,
+        turn_config=turn_of() if turn_of is not None else TurnConfig(),
+        batch_config=batch_of() if batch_of is not None else ToolBatchConfig(),
+        orchestrator=str(getattr(orchestrator, "name", "loop-basic")),
+    )
+
+
+def _looks_like_plan(value: Mapping[str, Any]) -> bool:
+    return "session" in value
+
+
+def _failure(done: concurrent.futures.Future[None]) -> BaseException:
+    error = done.exception() if not done.cancelled() else None
+    return error or DurableSessionError("the worker stopped before it was ready")

@@ -1,0 +1,300 @@
+"""The session workflow: the turn loop in Temporal's deterministic workflow code.
+
+A session is one workflow (its id is the session id); a turn is the update ``run(prompt)``
+returning the turn's result as plain data; ``messages``, ``pending_approvals`` and
+``last_result`` are queries; ``cancel(immediate)`` is a signal. The loop asks the shared
+turn policy (``runtime/_policy.py``) every decision the in-process engine asks it, so the
+two drivers cannot drift. Each provider call and each tool call is one activity
+(``_activities.py``); all calls of a reply start at once and their results are appended in
+call order. A call without a result is answered *cancelled* when a cancel stopped it and
+*interrupted* when its attempt was lost (its worker died and the call may not run twice).
+
+This module runs in Temporal's asyncio-based deterministic loop: it uses ``asyncio`` for
+its tasks and cancellation (ruff's banned-api has a marked exception for it) and never
+anyio, a clock, randomness or I/O. Our modules are imported through the sandbox
+(``imports_passed_through``): they are deterministic data and pure functions here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from ..kernel._turns import TurnStatus
+    from ..models import Usage, structure, unstructure
+    from ..runtime import _policy as policy
+
+__all__ = ("SessionWorkflow", "WORKFLOW_NAME", "PROVIDER_ACTIVITY", "TOOL_ACTIVITY")
+
+WORKFLOW_NAME = "amplifier-session"
+PROVIDER_ACTIVITY = "amplifier-provider-call"
+TOOL_ACTIVITY = "amplifier-tool-call"
+
+
+def _options(spec: dict[str, Any], attempts: int) -> dict[str, Any]:
+    return {
+        "start_to_close_timeout": timedelta(seconds=float(spec["start_to_close_timeout"])),
+        "heartbeat_timeout": timedelta(seconds=float(spec["heartbeat_timeout"])),
+        "retry_policy": RetryPolicy(
+            maximum_attempts=attempts,
+            initial_interval=timedelta(milliseconds=200),
+            maximum_interval=timedelta(seconds=5),
+        ),
+        "cancellation_type": workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    }
+
+
+def _add_usage(total: dict[str, Any], usage: dict[str, Any] | None) -> dict[str, Any]:
+    if not usage:
+        return total
+    summed = structure(total, Usage) + structure(usage, Usage)
+    added: dict[str, Any] = unstructure(summed)
+    return added
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class SessionWorkflow:
+    """One durable session: its messages, its turns one at a time, its cancel."""
+
+    @workflow.init
+    def __init__(self, start: dict[str, Any]) -> None:
+        self._settings: dict[str, Any] = dict(start["settings"])
+        self._messages: list[dict[str, Any]] = list(start.get("messages") or [])
+        self._turns = 0
+        self._busy = False
+        self._closing = False
+        self._graceful = False
+        self._turn_task: asyncio.Task[dict[str, Any]] | None = None
+        self._last: dict[str, Any] | None = start.get("last")
+
+    @workflow.run
+    async def run(self, start: dict[str, Any]) -> dict[str, Any]:
+        """Serve turns until closed; continue as new after the configured turns."""
+        limit = int(self._settings["continue_as_new_after_turns"])
+        await workflow.wait_condition(
+            lambda: self._closing or (self._turns >= limit and not self._busy)
+        )
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        if not self._closing:
+            workflow.continue_as_new(
+                {"settings": self._settings, "messages": self._messages, "last": self._last}
+            )
+        return {"messages": len(self._messages)}
+
+    # -- queries and signals -----------------------------------------------------------
+
+    @workflow.query(name="messages")
+    def messages(self) -> list[dict[str, Any]]:
+        """The session's messages."""
+        return self._messages
+
+    @workflow.query(name="pending_approvals")
+    def pending_approvals(self) -> list[dict[str, Any]]:
+        """The calls that wait for a decision (none yet: approvals are not durable here)."""
+        return []
+
+    @workflow.query(name="last_result")
+    def last_result(self) -> dict[str, Any] | None:
+        """The last turn's result, or None before the first."""
+        return self._last
+
+    @workflow.signal(name="cancel")
+    def cancel(self, immediate: bool) -> None:
+        """Cancel the running turn: graceful (no new provider call) or immediate."""
+        if not self._busy:
+            return
+        self._graceful = True
+        if immediate and self._turn_task is not None:
+            self._turn_task.cancel()
+
+    @workflow.signal(name="close")
+    def close(self) -> None:
+        """End the session's workflow once no turn runs."""
+        self._closing = True
+
+    # -- a turn ------------------------------------------------------------------------
+
+    @workflow.update(name="run")
+    async def run_turn(self, prompt: str) -> dict[str, Any]:
+        """Run one turn (after any turn still running) and return its result."""
+        await workflow.wait_condition(lambda: not self._busy)
+        self._busy, self._graceful = True, False
+        try:
+            self._turn_task = asyncio.create_task(self._turn(prompt))
+            result = await self._turn_task
+        finally:
+            self._turn_task = None
+            self._busy = False
+            self._turns += 1
+        self._last = result
+        return result
+
+    @run_turn.validator
+    def _check_turn(self, prompt: str) -> None:
+        if self._closing:
+            msg = "run: the session is closed"
+            raise RuntimeError(msg)
+
+    async def _turn(self, prompt: str) -> dict[str, Any]:
+        turn = _TurnState(trace_id=workflow.uuid4().hex)
+        self._messages.append({"role": "user", "content": prompt})
+        try:
+            await self._loop(turn)
+        except asyncio.CancelledError:
+            turn.status = TurnStatus.CANCELLED  # an immediate cancel: every call is answered
+        except ActivityError as exc:
+            turn.status = TurnStatus.ERROR
+            cause = exc.cause if exc.cause is not None else exc
+            turn.error = {"type": type(cause).__name__, "msg": str(cause)}
+        return turn.result()
+
+    async def _loop(self, turn: _TurnState) -> None:
+        limit = int(self._settings["max_iterations"])
+        pauses = 0
+        while policy.within_limit(turn.iterations, limit):
+            if self._graceful:
+                turn.status = TurnStatus.CANCELLED
+                return
+            reply = await self._call_provider(turn, with_tools=True, reminder=False)
+            if reply is None:
+                return
+            calls = reply["calls"]
+            step = policy.next_step(len(calls), reply["finish_reason"], pauses)
+            if step is policy.Step.PAUSE:
+                pauses += 1
+                if reply["has_content"]:
+                    self._messages.append(reply["assistant"])
+                continue
+            pauses = 0
+            if step is policy.Step.ANSWER:
+                self._answer(turn, reply, at_limit=False)
+                return
+            self._messages.append(reply["assistant"])
+            await self._batch(turn, calls)
+        if self._graceful:
+            turn.status = TurnStatus.CANCELLED
+            return
+        reply = await self._call_provider(turn, with_tools=False, reminder=True)
+        if reply is not None:
+            self._answer(turn, reply, at_limit=True)
+
+    def _answer(self, turn: _TurnState, reply: dict[str, Any], *, at_limit: bool) -> None:
+        if reply["has_content"]:
+            self._messages.append(reply["assistant"])
+        turn.text = reply["text"]
+        turn.status = policy.answer_status(reply["finish_reason"], at_limit=at_limit)
+
+    async def _call_provider(
+        self, turn: _TurnState, *, with_tools: bool, reminder: bool
+    ) -> dict[str, Any] | None:
+        spec = self._settings["provider"]
+        reply: dict[str, Any] = await workflow.execute_activity(
+            PROVIDER_ACTIVITY,
+            {
+                "plan": self._settings["plan"],
+                "session_id": workflow.info().workflow_id,
+                "trace_id": turn.trace_id,
+                "iteration": turn.iterations,
+                "messages": self._messages,
+                "with_tools": with_tools,
+                "reminder": reminder,
+            },
+            **_options(spec, int(spec["maximum_attempts"])),
+        )
+        turn.iterations += 1
+        turn.usage = _add_usage(turn.usage, reply.get("usage"))
+        turn.finish_reason = reply["finish_reason"]
+        if reply.get("denied") is not None:
+            turn.text = reply["denied"]
+            turn.status = TurnStatus.INCOMPLETE
+            return None
+        return reply
+
+    async def _batch(self, turn: _TurnState, calls: list[dict[str, Any]]) -> None:
+        """Start every call at once; append one result per call, in call order."""
+        spec = self._settings["tools"]
+        group = workflow.uuid4().hex
+        session_id = workflow.info().workflow_id
+        handles = []
+        for index, call in enumerate(calls):
+            attempts = int(spec["maximum_attempts"]) if call.get("idempotent") else 1
+            handles.append(
+                workflow.start_activity(
+                    TOOL_ACTIVITY,
+                    {
+                        "plan": self._settings["plan"],
+                        "session_id": session_id,
+                        "trace_id": turn.trace_id,
+                        "call": {k: call[k] for k in ("id", "name", "arguments")},
+                        "index": index,
+                        "group": group,
+                        "key": f"{session_id}/{call['id']}",
+                    },
+                    activity_id=f"tool-{call['id']}",
+                    **_options(spec, attempts),
+                )
+            )
+        cancelled = False
+        try:
+            await asyncio.wait(handles)
+        except asyncio.CancelledError:
+            cancelled = True
+            for handle in handles:
+                handle.cancel()
+            # WAIT_CANCELLATION_COMPLETED: each settles as what really happened to it
+            await asyncio.wait(handles)
+        results: dict[str, dict[str, Any]] = {}
+        unfinished: dict[str, str] = {}
+        for call, handle in zip(calls, handles, strict=True):
+            error = None if handle.cancelled() else handle.exception()
+            if not handle.cancelled() and error is None:
+                results[str(call["id"])] = handle.result()
+            elif handle.cancelled() or _cancelled(error):
+                unfinished[str(call["id"])] = "cancelled"
+            else:
+                unfinished[str(call["id"])] = "interrupted"
+
+        def answer(call_id: str, name: str) -> dict[str, Any]:
+            if unfinished.get(call_id) == "cancelled":
+                return policy.cancelled_message(call_id, name)
+            return policy.interrupted_message(call_id, name)
+
+        self._messages.extend(policy.ordered_results(calls, results, answer))
+        if cancelled:
+            raise asyncio.CancelledError
+
+
+def _cancelled(error: BaseException | None) -> bool:
+    if isinstance(error, ActivityError):
+        return isinstance(error.cause, CancelledError)
+    return isinstance(error, CancelledError | asyncio.CancelledError)
+
+
+class _TurnState:
+    """What one turn has done so far (plain data)."""
+
+    def __init__(self, *, trace_id: str) -> None:
+        self.trace_id = trace_id
+        self.iterations = 0
+        self.text = ""
+        self.status = TurnStatus.SUCCESS
+        self.usage: dict[str, Any] = {}
+        self.finish_reason: str | None = None
+        self.error: dict[str, Any] | None = None
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "status": str(self.status),
+            "turn_count": self.iterations,
+            "usage": self.usage,
+            "trace_id": self.trace_id,
+            "finish_reason": self.finish_reason,
+            "error": self.error,
+        }

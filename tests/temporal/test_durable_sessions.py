@@ -1,0 +1,186 @@
+"""Durable sessions on a real Temporal dev server: the same answers as in-process,
+cancels, configuration and connection errors (DESIGN §17, docs/durable-sessions.md).
+
+Workers run in this process (``SessionWorker``, on its own asyncio thread); clients run on
+the test's backend: asyncio directly, trio through the asyncio portal.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from _temporal_kit import FAST, demo_plan, marker_plan, queue, reply
+
+from _servers import free_port
+from amplifier_anyio import AmplifierSession, TurnStatus
+from amplifier_anyio.errors import ConfigError, DurableSessionError
+from amplifier_anyio.temporal import SessionWorker, TemporalSessions
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SCRIPT = [
+    reply(
+        calls=[("c1", "word_count", {"text": "a b c"}), ("c2", "reverse_words", {"text": "x y"})]
+    ),
+    reply(calls=[("c3", "word_count", {"text": "one"})]),
+    reply("three words, reversed"),
+]
+
+
+async def in_process(plan: dict[str, Any], prompts: list[str]) -> tuple[list[Any], list[Any]]:
+    results = []
+    async with AmplifierSession(plan) as session:
+        for prompt in prompts:
+            results.append(await session.run(prompt))  # noqa: PERF401 - one turn after another
+        messages = await session.coordinator.get("context").get_messages()
+    return results, messages
+
+
+async def test_same_answer_and_transcript_as_in_process(temporal_server: str) -> None:
+    plan = demo_plan([*SCRIPT, reply("and again")])
+    expected, transcript = await in_process(plan, ["count them", "more"])
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        first = await session.run("count them")
+        second = await session.run("more")
+        messages = await session.messages()
+    for got, want in zip((first, second), expected, strict=True):
+        assert (got.text, got.status, got.turn_count) == (want.text, want.status, want.turn_count)
+        assert got.usage == want.usage
+        assert got.finish_reason == want.finish_reason
+    assert messages == transcript
+
+
+async def test_iteration_limit_wraps_up_as_in_process(temporal_server: str) -> None:
+    plan = demo_plan([*SCRIPT, reply("wrapped up")])
+    plan["orchestrator"] = {"config": {"max_iterations": 1}}
+    expected, transcript = await in_process(plan, ["count them"])
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        result = await session.run("count them")
+        messages = await session.messages()
+    assert expected[0].status is TurnStatus.INCOMPLETE
+    assert (result.text, result.status, result.turn_count) == (
+        expected[0].text,
+        expected[0].status,
+        expected[0].turn_count,
+    )
+    assert messages == transcript
+
+
+def calls_answered_in_order(messages: list[dict[str, Any]]) -> None:
+    """Invariant 2 of §6: each assistant call answered once, right after it, in call order."""
+    for index, message in enumerate(messages):
+        calls = message.get("tool_calls") or []
+        if message.get("role") != "assistant" or not calls:
+            continue
+        answers = messages[index + 1 : index + 1 + len(calls)]
+        assert [a.get("role") for a in answers] == ["tool"] * len(calls)
+        assert [a["tool_call_id"] for a in answers] == [c["id"] for c in calls]
+    ids = [m["tool_call_id"] for m in messages if m.get("role") == "tool"]
+    assert len(ids) == len(set(ids))
+
+
+async def marks_of(marks: Path, *call_ids: str, within: float = 30.0) -> None:
+    """Wait until each call has left its mark."""
+    with anyio.fail_after(within):
+        while not all((marks / c).exists() for c in call_ids):  # noqa: ASYNC110 - marks come from the worker
+            await anyio.sleep(0.05)
+
+
+def two_calls(slow: float) -> list[dict[str, Any]]:
+    return [
+        reply(calls=[("c1", "marker", {"delay": 0}), ("c2", "marker", {"delay": slow})]),
+        reply("done"),
+    ]
+
+
+def content(message: dict[str, Any]) -> dict[str, Any]:
+    decoded: dict[str, Any] = json.loads(message["content"])
+    return decoded
+
+
+@pytest.mark.parametrize("how", ["graceful", "immediate", "scope"])
+async def test_cancel_answers_every_call_and_ends_cancelled_once(
+    temporal_server: str, tmp_path: Path, how: str
+) -> None:
+    marks = tmp_path / "marks"
+    plan = marker_plan(two_calls(slow=1.0 if how == "graceful" else 60.0), marks, FAST)
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        outcome: list[Any] = []
+        async with anyio.create_task_group() as group:
+            scope = anyio.CancelScope()
+
+            async def turn() -> None:
+                with scope:
+                    outcome.append(await session.run("go"))
+
+            group.start_soon(turn)
+            await marks_of(marks, "c1", "c2")
+            if how == "scope":
+                scope.cancel()  # the host's own cancel: run() cancels the turn there
+            else:
+                await session.cancel(immediate=how == "immediate")
+        result = outcome[0] if outcome else await session.last_result()
+        messages = await session.messages()
+    assert result is not None
+    assert result.status is TurnStatus.CANCELLED
+    assert result.turn_count == 1  # no provider call after the cancel
+    calls_answered_in_order(messages)
+    tools = [m for m in messages if m.get("role") == "tool"]
+    assert content(tools[0]) == {"done": "c1"}  # finished before the cancel: kept
+    if how == "graceful":
+        assert content(tools[1]) == {"done": "c2"}  # the running batch finishes
+    else:
+        assert content(tools[1])["cancelled"] is True
+    assert [m["role"] for m in messages].count("assistant") == 1
+    assert (marks / "c2").read_text().count("\n") == 1  # ran once
+
+
+async def test_unreachable_server_is_a_clear_error_within_a_bound() -> None:
+    address = f"127.0.0.1:{free_port()}"
+    with anyio.fail_after(20):
+        with pytest.raises(DurableSessionError, match="cannot reach the Temporal server") as info:
+            async with TemporalSessions(address=address, connect_timeout=3):
+                pass
+    assert address in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+async def test_bad_durable_value_names_the_key(tmp_path: Path) -> None:
+    plan = demo_plan([reply("x")], {"tools": {"maximum_attempts": 0}})
+    with pytest.raises(ConfigError, match=r"^session\.durable\.tools\.maximum_attempts: ") as info:
+        SessionWorker(plan)
+    assert "\n" not in str(info.value)
+
+
+async def test_continue_as_new_keeps_the_messages(temporal_server: str) -> None:
+    plan = demo_plan([reply("one"), reply("two"), reply("three")])
+    plan["session"]["durable"] = {"continue_as_new_after_turns": 1}
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        texts = [(await session.run(p)).text for p in ("a", "b", "c")]
+        messages = await session.messages()
+    assert texts == ["one", "two", "three"]
+    assert [m["role"] for m in messages] == ["user", "assistant"] * 3
