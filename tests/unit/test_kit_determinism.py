@@ -4,6 +4,10 @@ cassette file, a cassette is validated whole when it is opened."""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -11,8 +15,10 @@ import anyio.lowlevel
 import pytest
 
 from amplifier_anyio import AmplifierSession
+from amplifier_anyio.errors import CassetteError
 from amplifier_anyio.models import ChatResponse, TextBlock, ToolCall, ToolResult
 from amplifier_anyio.providers.scripted import ScriptedProvider
+from amplifier_anyio.testing.cassette import lock_path_for, open_cassette
 from amplifier_anyio.testing.faults import FaultPlan
 
 pytestmark = pytest.mark.anyio
@@ -81,3 +87,144 @@ async def test_a_batch_of_failed_tool_calls_is_recorded_by_index() -> None:
             result = await session.run("echo five")
         assert str(result.status) == "success"
         assert run.injected == expected
+
+
+# -- one recorder per cassette file ---------------------------------------------------------
+
+
+def demo_plan(path: Path, mode: str) -> dict[str, Any]:
+    return {
+        **DEMO_PLAN,
+        "session": {**DEMO_PLAN["session"], "cassette": {"path": str(path), "mode": mode}},
+    }
+
+
+async def test_a_second_recorder_in_one_loop_is_refused_naming_the_first(tmp_path: Path) -> None:
+    tape = tmp_path / "tape.jsonl"
+    async with AmplifierSession(demo_plan(tape, "record")) as first:
+        with pytest.raises(CassetteError) as caught:
+            async with AmplifierSession(demo_plan(tape, "record")):
+                pass
+        assert f"lane 'root' is already being recorded by session {first.session_id!r}" in str(
+            caught.value
+        )
+        assert f"pid {os.getpid()}" in str(caught.value)
+        result = await first.run("Count my words, please")
+    assert str(result.status) == "success"
+    async with AmplifierSession(demo_plan(tape, "replay")) as again:  # the first one's calls
+        replayed = await again.run("Count my words, please")
+    assert replayed.text == result.text
+
+
+HOLDER = """
+import sys, anyio
+from amplifier_anyio.testing.cassette import open_cassette
+
+async def main():
+    async with open_cassette(sys.argv[1], "record") as cassette:
+        print("ready", flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.readline)
+
+anyio.run(main)
+"""
+
+
+async def test_a_recorder_in_another_process_is_named_and_its_file_kept(tmp_path: Path) -> None:
+    tape = tmp_path / "tape.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    async with await anyio.open_process(
+        [sys.executable, "-c", HOLDER, str(tape)], env=env
+    ) as process:
+        assert process.stdout is not None
+        assert process.stdin is not None
+        with anyio.fail_after(30):
+            ready = b""
+            async for chunk in process.stdout:
+                ready += chunk
+                if b"ready" in ready:
+                    break
+        held = tape.read_bytes()
+        try:
+            with pytest.raises(
+                CassetteError, match=rf"another recorder holds it \(pid {process.pid}\)"
+            ):
+                async with open_cassette(tape, "record"):
+                    pass
+            with pytest.raises(CassetteError, match=rf"pid {process.pid}"):
+                async with AmplifierSession(demo_plan(tape, "auto")):
+                    pass
+            assert tape.read_bytes() == held  # not truncated by the refused recorder
+        finally:
+            await process.stdin.send(b"done\n")
+            with anyio.fail_after(30):
+                await process.wait()
+    assert process.returncode == 0
+    assert not lock_path_for(tape).exists()  # the holder removed its lock as it let go
+    async with open_cassette(tape, "record"):  # free again
+        assert lock_path_for(tape).exists()
+
+
+# -- a cassette is validated whole when it is opened -----------------------------------------
+
+
+def damaged(lines: list[str], how: str) -> tuple[list[str], int, str]:
+    """``lines`` of a recorded demo run (header, call 0, call 1) damaged ``how``; the
+    line named, and what the error says."""
+    call_1 = json.loads(lines[2])
+    if how == "empty":
+        return [], 0, "the file is empty"
+    if how == "corrupt":
+        return [lines[0], lines[1], lines[2][:40]], 3, "not a JSON line"
+    if how == "bad response":
+        call_1["response"]["content"] = [{"type": "nope"}]
+        return [lines[0], lines[1], json.dumps(call_1)], 3, "unknown block type 'nope'"
+    if how == "duplicate":
+        return [lines[0], lines[1], lines[1], lines[2]], 3, "lane 'root', call 0 is recorded twice"
+    if how == "gap":
+        return [lines[0], lines[2]], 2, "lane 'root', call 1 is recorded but call 0 is not"
+    assert how == "no header"
+    return [lines[1], lines[2]], 1, "not a version 1 amplifier-anyio cassette"
+
+
+class Counted:
+    """A word_count tool that counts its calls: a replay that starts must not run it."""
+
+    name = "word_count"
+    description = "Count words."
+    input_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def execute(self, input: dict[str, Any]) -> ToolResult:
+        self.calls += 1
+        await anyio.lowlevel.checkpoint()
+        return ToolResult(output="4")
+
+
+@pytest.mark.parametrize(
+    "how", ["empty", "corrupt", "bad response", "duplicate", "gap", "no header"]
+)
+async def test_a_damaged_cassette_fails_the_start_naming_the_line(tmp_path: Path, how: str) -> None:
+    tape = tmp_path / "tape.jsonl"
+    async with AmplifierSession(demo_plan(tape, "record")) as session:
+        await session.run("Count my words, please")
+    lines, number, problem = damaged(tape.read_text().splitlines(), how)
+    tape.write_text("".join(f"{line}\n" for line in lines))
+    tool = Counted()
+
+    async def replay(mode: str) -> None:
+        async with AmplifierSession(demo_plan(tape, mode)) as session:
+            await session.coordinator.mount("tools", tool, name="word_count")
+            await session.run("Count my words, please")
+
+    for mode in ("replay", "auto"):
+        with pytest.raises(CassetteError) as caught:
+            await replay(mode)
+        error = caught.value
+        assert problem in str(error)
+        assert error.path == str(tape)
+        where = f"{tape}:{number}:" if number else f"{tape}:"
+        assert where in str(error)
+        assert error.line == (number or None)
+    assert tool.calls == 0  # never half-replayed
