@@ -266,10 +266,10 @@ class CassetteMismatchError(AmplifierError):
     call its recording does not have: the request differs from the recorded one, or the
     lane has no recorded call left.
 
-    ``lane`` is the session's lane (``root``, a sub-agent's ``root/<agent>``), ``ordinal``
-    the 0-based number of the call in that lane (for a tool, its call id), ``path`` the
-    first JSON path where the request differs (``messages[1].content``; None past the
-    end of the lane). The message names all three in one line.
+    ``lane`` is the session's lane (``root``, a sub-agent's ``root/<agent>@<call id>``),
+    ``ordinal`` the 0-based number of the call in that lane (for a tool, its call id),
+    ``path`` the first JSON path where the request differs (``messages[1].content``; None
+    past the end of the lane). The message names all three in one line.
     """
 
     def __init__(

@@ -4,6 +4,7 @@ cassette file, a cassette is validated whole when it is opened."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -18,7 +19,7 @@ from amplifier_anyio import AmplifierSession
 from amplifier_anyio.errors import CassetteError
 from amplifier_anyio.models import ChatResponse, TextBlock, ToolCall, ToolResult
 from amplifier_anyio.providers.scripted import ScriptedProvider
-from amplifier_anyio.testing.cassette import lock_path_for, open_cassette
+from amplifier_anyio.testing.cassette import install_cassette, lock_path_for, open_cassette
 from amplifier_anyio.testing.faults import FaultPlan
 
 pytestmark = pytest.mark.anyio
@@ -228,3 +229,91 @@ async def test_a_damaged_cassette_fails_the_start_naming_the_line(tmp_path: Path
         assert where in str(error)
         assert error.line == (number or None)
     assert tool.calls == 0  # never half-replayed
+
+
+# -- a lane per spawn -------------------------------------------------------------------------
+
+
+def agents_plan(tape: Path, mode: str) -> dict[str, Any]:
+    """A parent with the agent ``w``, whose own scripted model answers once."""
+    reply = {"content": [{"type": "text", "text": "ok"}]}
+    child_script = [reply] if mode == "record" else []
+    return {
+        "session": {
+            "orchestrator": "loop-basic",
+            "context": "context-simple",
+            "cassette": {"path": str(tape), "mode": mode},
+        },
+        "agents": {
+            "w": {
+                "description": "Works.",
+                "providers": [
+                    {"module": "provider-scripted", "config": {"responses": child_script}}
+                ],
+            }
+        },
+    }
+
+
+class Ask:
+    """A tool of the application's own that spawns the agent ``w`` (not tool-task)."""
+
+    name = "ask"
+    description = "Ask w."
+    input_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+
+    def __init__(self, session: AmplifierSession) -> None:
+        self.session = session
+
+    async def execute(self, input: dict[str, Any]) -> ToolResult:
+        spawn = self.session.coordinator.get_capability("session.spawn")
+        answer = await spawn(agent_name="w", instruction=str(input["who"]))
+        return ToolResult(output=f"{input['who']}: {answer['output']}")
+
+
+def two_asks(request: Any) -> ChatResponse:
+    if any(getattr(m, "role", None) == "tool" for m in request.messages):
+        return ChatResponse(content=[TextBlock(text="both")])
+    calls = [ToolCall(id=f"c{n}", name="ask", arguments={"who": w}) for n, w in enumerate("LR")]
+    return ChatResponse(content=[], tool_calls=calls)
+
+
+async def ask_twice(tape: Path, mode: str) -> Any:
+    async with AmplifierSession(agents_plan(tape, mode)) as session:
+        provider: Any = ScriptedProvider(two_asks if mode == "record" else [])
+        await session.coordinator.mount("providers", provider, name="scripted")
+        await install_cassette(session.coordinator, {"path": str(tape), "mode": mode})
+        await session.coordinator.mount("tools", Ask(session), name="ask")
+        return await session.run("ask both")
+
+
+async def test_two_concurrent_spawns_of_one_agent_get_their_own_lanes_and_replay(
+    tmp_path: Path,
+) -> None:
+    tape = tmp_path / "tape.jsonl"
+    recorded = await ask_twice(tape, "record")
+    assert str(recorded.status) == "success", recorded.error
+    entries = [json.loads(line) for line in tape.read_text().splitlines()[1:]]
+    assert sorted({entry["lane"] for entry in entries}) == ["root", "root/w@c0", "root/w@c1"]
+    for _ in range(6):  # whichever child the scheduler starts first
+        replayed = await ask_twice(tape, "replay")
+        assert str(replayed.status) == "success", replayed.error
+        assert replayed.text == recorded.text
+
+
+async def test_spawns_outside_a_tool_call_are_numbered_in_spawn_order(tmp_path: Path) -> None:
+    tape = tmp_path / "tape.jsonl"
+    forks: list[str] = []
+
+    async def forked(event: str, data: dict[str, Any]) -> None:
+        forks.append(data["lane"])
+
+    async with AmplifierSession(agents_plan(tape, "record")) as session:
+        session.coordinator.hooks.register("session:fork", forked)
+        spawn = session.coordinator.get_capability("session.spawn")
+        await spawn(agent_name="w", instruction="first")
+        async with anyio.create_task_group() as group:  # at once: each its own lane
+            for who in "LR":
+                group.start_soon(functools.partial(spawn, agent_name="w", instruction=who))
+    assert forks[0] == "root/w#1"
+    assert sorted(forks[1:]) == ["root/w#2", "root/w#3"]
