@@ -21,6 +21,7 @@ AmplifierError
 ├── MCPServerError .................... an MCP server (tool-mcp) could not be started
 ├── OrchestrationError ................ a lifecycle orchestration failed (stage, context, cause)
 ├── CassetteMismatchError ............. a replayed run asked what its recording did not
+├── CassetteError (+ ConfigError) ..... a cassette file held by another recorder, or not valid
 ├── ConformanceError (+ AssertionError)  a module broke a rule of its contract (testing)
 └── LLMError .......................... a provider call failed
     ├── RateLimitError
@@ -76,6 +77,7 @@ __all__ = (
     "MCPServerError",
     "OrchestrationError",
     "CassetteMismatchError",
+    "CassetteError",
     "ConformanceError",
     "LLMError",
     "RateLimitError",
@@ -270,10 +272,10 @@ class CassetteMismatchError(AmplifierError):
     call its recording does not have: the request differs from the recorded one, or the
     lane has no recorded call left.
 
-    ``lane`` is the session's lane (``root``, a sub-agent's ``root/<agent>``), ``ordinal``
-    the 0-based number of the call in that lane (for a tool, its call id), ``path`` the
-    first JSON path where the request differs (``messages[1].content``; None past the
-    end of the lane). The message names all three in one line.
+    ``lane`` is the session's lane (``root``, a sub-agent's ``root/<agent>@<call id>``),
+    ``ordinal`` the 0-based number of the call in that lane (for a tool, its call id),
+    ``path`` the first JSON path where the request differs (``messages[1].content``; None
+    past the end of the lane). The message names all three in one line.
     """
 
     def __init__(
@@ -292,6 +294,23 @@ class CassetteMismatchError(AmplifierError):
         self.path = path
         self.recorded = recorded
         self.actual = actual
+
+
+class CassetteError(ConfigError):
+    """A cassette file (`amplifier_anyio.testing.cassette`) that cannot be used: another
+    recorder holds it (the message names the holder's pid, or the session holding the lane
+    in this process), or — checked whole when it is opened, before any call is replayed —
+    it is empty, a line is not a recorded call, or one call is recorded twice.
+
+    ``path`` is the file, ``line`` the 1-based line at fault (None when the whole file or
+    its lock is); the message names both (``session.cassette.path: run.jsonl:3: …``). A
+    `ConfigError`: it fails the session's start, as a bad ``session.cassette`` entry does.
+    """
+
+    def __init__(self, message: str, *, path: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
 
 
 class ConformanceError(AmplifierError, AssertionError):

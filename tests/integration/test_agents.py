@@ -96,7 +96,8 @@ async def test_two_task_calls_run_children_concurrently_and_the_parent_answers_f
         assert re.fullmatch(
             rf"{session.session_id}-[0-9a-f]{{16}}_{child.agent_name}", child.session_id
         )
-        assert child.lane == f"root/{child.agent_name}"
+        call = "c0" if child.agent_name == "researcher" else "c1"
+        assert child.lane == f"root/{child.agent_name}@{call}"  # a lane per spawn
         assert child.depth == 1
     assert {by_call["c0"]["session_id"], by_call["c1"]["session_id"]} == {
         c.session_id for c in children.sessions
@@ -122,7 +123,7 @@ async def test_the_events_fire_once_per_child_with_usage() -> None:
     assert completed["status"] == "success"
     assert completed["usage"]["total_tokens"] == 7
     assert fork["child_session_id"] == child.session_id
-    assert fork["lane"] == "root/researcher"
+    assert fork["lane"] == "root/researcher@c0"
     assert result.usage.total_tokens == 7  # the child's usage flows up
     assert [e["status"] for e in of(children.recorders[child.session_id], EXECUTION_END)] == [
         "completed"
@@ -290,7 +291,7 @@ async def test_self_delegation_stops_at_the_depth_limit_with_an_error_result() -
     assert result.status is TurnStatus.SUCCESS
     assert [c.depth for c in children.sessions] == [1, 2, 3]
     deepest = children.sessions[-1]
-    assert deepest.lane == "root/researcher/researcher/researcher"
+    assert deepest.lane == "root/researcher@c0/researcher@c0/researcher@c0"
     depth, results = seen[0]
     assert depth == 3
     assert "delegation depth limit reached" in results[0]

@@ -188,7 +188,7 @@ async def one_run(
         status=str(result.status),
         events=canonical_events(recorder.events[: end + 1]),
         messages=canonical,
-        injected=sorted(run.injected),
+        injected=run.injected,  # in plan order
         finished=frozenset(probe.finished),
         running=running,
         tail=[n for n in names[end + 1 :] if n != "session:end"],

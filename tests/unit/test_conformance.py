@@ -7,6 +7,7 @@ that breaks a rule fails with the rule's name — on asyncio and trio.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -112,6 +113,20 @@ class NeverChecks(MockTool):
         return ToolResult(output="instant")
 
 
+class LateSwallower(MockTool):
+    """Lets a cancel through at its first checkpoints; swallows one at its third."""
+
+    async def execute(self, input: dict[str, Any]) -> ToolResult:
+        await anyio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
+        try:
+            await anyio.lowlevel.checkpoint()
+        except anyio.get_cancelled_exc_class():
+            return ToolResult(output="finished anyway")
+        await anyio.lowlevel.checkpoint()
+        return ToolResult(output="done")
+
+
 class Unserialisable(MockTool):
     async def execute(self, input: dict[str, Any]) -> ToolResult:
         await anyio.lowlevel.checkpoint()
@@ -126,6 +141,10 @@ class Unserialisable(MockTool):
         (lambda: MockTool("t", input_schema={"type": "array"}), "tool.schema"),
         (lambda: Swallower("t"), "tool.cancellation: execute returned inside a cancelled scope"),
         (lambda: NeverChecks("t"), "tool.cancellation"),
+        (
+            lambda: LateSwallower("t"),
+            "tool.cancellation: execute cancelled at checkpoint 3 of 4 returned: it swallowed",
+        ),
         (lambda: Unserialisable("t"), "tool.output"),
         (lambda: MockTool("t", delay=60), "tool.result: execute did not finish within"),
     ],
@@ -181,6 +200,49 @@ def twin_calls(request: ChatRequest) -> ChatResponse:
     return ChatResponse(tool_calls=calls)
 
 
+class SwallowsLate(ScriptedProvider):
+    """complete() swallows a cancel at its second checkpoint."""
+
+    async def complete(self, request: ChatRequest, **kwargs: Any) -> ChatResponse:
+        await anyio.lowlevel.checkpoint()
+        with contextlib.suppress(anyio.get_cancelled_exc_class()):
+            await anyio.lowlevel.checkpoint()
+        return hello()
+
+
+class StreamSwallowsLate(StreamingScripted):
+    """Its stream swallows a cancel between its events."""
+
+    @asynccontextmanager
+    async def stream(
+        self, request: ChatRequest, **kwargs: Any
+    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        async def events() -> AsyncIterator[dict[str, Any]]:
+            yield {
+                "type": "content_block:delta",
+                "index": 0,
+                "block_type": "text",
+                "delta": "Hello.",
+            }
+            with contextlib.suppress(anyio.get_cancelled_exc_class()):
+                await anyio.lowlevel.checkpoint()
+            yield {"type": "response", "response": hello()}
+
+        await anyio.lowlevel.checkpoint()
+        yield events()
+
+
+class Parses(ScriptedProvider):
+    """parse_tool_calls() gives ``shape(the response's calls)``."""
+
+    def __init__(self, shape: Any) -> None:
+        super().__init__(lambda request: hello())
+        self.shape = shape
+
+    def parse_tool_calls(self, response: ChatResponse) -> list[ToolCall]:
+        return list(self.shape(list(response.tool_calls or [])))
+
+
 async def test_the_scripted_providers_pass_check_provider() -> None:
     await check_provider(ScriptedProvider(lambda request: hello()))
     await check_provider(StreamingScripted())
@@ -195,6 +257,30 @@ async def test_the_scripted_providers_pass_check_provider() -> None:
         (
             lambda: StreamingScripted(wrong_deltas=True),
             "provider.stream: the text deltas add up to",
+        ),
+        (
+            lambda: SwallowsLate([]),
+            "provider.cancellation: complete() cancelled at checkpoint 2 of 2 returned",
+        ),
+        (
+            StreamSwallowsLate,
+            "provider.cancellation: open_stream() cancelled at checkpoint",
+        ),
+        (
+            lambda: Parses(lambda calls: calls[:-1]),
+            "provider.tool_calls: parse_tool_calls() dropped a call: gave ['call_1', 'call_2']",
+        ),
+        (
+            lambda: Parses(lambda calls: [*calls, *calls[:1]]),
+            "provider.tool_calls: parse_tool_calls() duplicated a call",
+        ),
+        (
+            lambda: Parses(lambda calls: calls[::-1]),
+            "provider.tool_calls: parse_tool_calls() reordered the calls",
+        ),
+        (
+            lambda: Parses(lambda calls: []),
+            "provider.tool_calls: parse_tool_calls() dropped a call: gave []",
         ),
     ],
 )

@@ -22,8 +22,9 @@ task that spawned it**, under the spawning turn's [`TurnHandle`][amplifier_anyio
 (`current_turn`): every cancel of the parent reaches it at once, its deadline is at most
 the parent's, its budget is charged up the tree (`_budget`), and when the spawning tool call
 returns the child session is closed. Its id is ``{parent}-{span}_{agent}`` (upstream's
-format), its ``parent_id`` the parent's id, its ``lane`` ``{parent lane}/{agent}`` (the root
-session's lane is ``root``) and its ``depth`` one more than the parent's; spawning deeper
+format), its ``parent_id`` the parent's id, its ``lane`` its own (`Delegation.lane_for`:
+``{parent lane}/{agent}@{call id}``, else ``…#{n}``; the root session's lane is ``root``) and
+its ``depth`` one more than the parent's; spawning deeper
 than ``session.max_agent_depth`` (default 3) raises
 [`DelegationError`][amplifier_anyio.errors.DelegationError].
 
@@ -81,7 +82,8 @@ __all__ = (
 logger = logging.getLogger(__name__)
 
 ROOT_LANE = "root"
-"""The ``lane`` of a top-level session; a child's is ``{parent lane}/{agent}``."""
+"""The ``lane`` of a top-level session; a child's is ``{parent lane}/{agent}@{call id}``
+(or ``…#{n}``: `Delegation.lane_for`)."""
 
 DEFAULT_MAX_AGENT_DEPTH = 3
 """``session.max_agent_depth`` when the plan does not set it."""
@@ -434,6 +436,7 @@ class Delegation:
         self.session = session
         self._children: dict[str, _Child] = {}
         self._named: set[str] = set()  # ids new_child_id handed out
+        self._lanes: dict[str, int] = {}  # lanes handed out, by their stem: how many
 
     def register(self) -> None:
         """Offer the four capabilities on the session's coordinator."""
@@ -522,7 +525,8 @@ class Delegation:
         child_id = sub_session_id or f"{parent.session_id}-{uuid.uuid4().hex[:16]}_{agent_name}"
         transcript = child_transcript_path(config, child_id)
         record = _Child(agent=agent_name, transcript=transcript)
-        child = self._child(parent, config, child_id, agent_name, resumed=False)
+        lane = self.lane_for(parent, agent_name)
+        child = self._child(parent, config, child_id, agent_name, lane=lane, resumed=False)
         result = await self._run_child(
             parent,
             child,
@@ -549,12 +553,13 @@ class Delegation:
         self._check_depth(parent, agent_name)
         config = _child_config(parent, agent)
         transcript = child_transcript_path(config, sub_session_id)
+        lane = self.lane_for(parent, agent_name)  # before any wait: in the order of calls
         if record is None:
             found = transcript is not None and await anyio.Path(transcript).is_file()
             if not found:
                 raise DelegationError(f"no sub-session {sub_session_id!r} of {parent.session_id!r}")
             record = _Child(agent=agent_name, transcript=transcript)
-        child = self._child(parent, config, sub_session_id, agent_name, resumed=True)
+        child = self._child(parent, config, sub_session_id, agent_name, lane=lane, resumed=True)
         result = await self._run_child(
             parent, child, instruction, record, system=None, inherited=[]
         )
@@ -590,6 +595,25 @@ class Delegation:
 
     # -- the parts -----------------------------------------------------------------------
 
+    def lane_for(self, parent: Any, agent_name: str) -> str:
+        """A new child's cassette lane, its own for every spawn (or resume), so concurrent
+        children replay the same whatever the scheduling (DESIGN §16).
+
+        Inside a tool call: ``{parent lane}/{agent}@{call id}`` (the id is in the model's
+        recorded reply, so it is the same on replay); a second child of that agent from the
+        same call id adds ``#2``, ``#3``… Outside a tool call: ``{parent lane}/{agent}#{n}``,
+        ``n`` counting that agent's spawns in this parent from 1. Taken when the spawn is
+        called, before it waits on anything: numbered children are numbered in the order
+        ``spawn`` was called.
+        """
+        stem = f"{getattr(parent, 'lane', ROOT_LANE)}/{agent_name}"
+        call = current_tool_call()
+        if call is not None:
+            stem = f"{stem}@{call.tool_call_id}"
+        count = self._lanes.get(stem, 0) + 1
+        self._lanes[stem] = count
+        return stem if call is not None and count == 1 else f"{stem}#{count}"
+
     def _check_depth(self, parent: Any, agent_name: str) -> None:
         limit = getattr(getattr(parent, "limits", None), "max_agent_depth", DEFAULT_MAX_AGENT_DEPTH)
         depth = int(getattr(parent, "depth", 0)) + 1
@@ -615,7 +639,14 @@ class Delegation:
         return match.group(1)
 
     def _child(
-        self, parent: Any, config: dict[str, Any], child_id: str, agent_name: str, *, resumed: bool
+        self,
+        parent: Any,
+        config: dict[str, Any],
+        child_id: str,
+        agent_name: str,
+        *,
+        lane: str,
+        resumed: bool,
     ) -> Any:
         coordinator = parent.coordinator
         child = type(parent)(
@@ -627,7 +658,7 @@ class Delegation:
             is_resumed=resumed,
             strict=getattr(parent, "strict", False),
         )
-        child.lane = _lane(getattr(parent, "lane", ROOT_LANE), agent_name)
+        child.lane = lane
         child.depth = int(getattr(parent, "depth", 0)) + 1
         child.agent_name = agent_name
         child.child_setup = getattr(parent, "child_setup", [])  # shared: grandchildren too
@@ -722,32 +753,6 @@ def _parent_turn(parent: Any) -> TurnHandle | None:
         return handle
     turn: TurnHandle = parent.coordinator.turn
     return None if turn.done else turn
-
-
-def _lane(parent: str, agent: str) -> str:
-    """A child's lane: ``{parent}/{agent}``, or ``{parent}/{agent}@{call id}`` when the
-    spawning call's batch starts (or resumes) that agent more than once — the call ids come
-    from the model's reply, so the lanes are the same on every replay of it."""
-    lane = f"{parent}/{agent}"
-    call = current_tool_call()
-    if call is None:
-        return lane
-    same = 0
-    for sibling in call.batch:
-        if getattr(sibling, "name", None) != call.tool_name:
-            continue
-        arguments = getattr(sibling, "arguments", None)
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except ValueError:
-                continue
-        if not isinstance(arguments, Mapping):
-            continue
-        resumed = str(arguments.get("session_id") or "")
-        if arguments.get("agent") == agent or resumed.endswith(f"_{agent}"):
-            same += 1
-    return f"{lane}@{call.tool_call_id}" if same > 1 else lane
 
 
 def _metadata(parent: Any, child: Any) -> dict[str, Any]:

@@ -33,11 +33,27 @@ per run (loop-lifecycle does) and a scripted model may reuse every turn; the id 
 the line for the reader. On replay the tool is not run: its recorded result (or error) is
 returned; a different tool or input at that place is a mismatch.
 A tool placed on a non-local executor is left unwrapped (a warning says so).
+
+**One recorder per file.** A cassette opened to record (``record``, ``new_episodes``, or
+``auto`` with no file yet) holds an exclusive ``flock`` on ``<file>.lock`` (its pid
+written in it) until it closes, and takes it before the file is touched: a second recorder
+— another process, or another event loop of this one — gets `CassetteError` naming the
+holder's pid, and the file is never truncated under a recording. In one event loop the
+sessions sharing a cassette each hold their lane while their session is open: a second
+session on a lane in use gets `CassetteError` naming the session that holds it.
+
+**Validated whole.** A cassette opened to replay (or to add new episodes) is read and
+checked before any call is answered: an empty file, a line that is not a recorded call (not
+JSON, a missing field, a response or a tool result that does not fit its model), one call
+recorded twice (same lane and ordinal, or same tool call) and a lane with a call missing
+are each a `CassetteError` naming the file and the line — the session does not start, so
+a run is never half-replayed.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import inspect
 import json
 import logging
@@ -53,12 +69,20 @@ import anyio.lowlevel
 import attrs
 
 from .. import errors as _errors
-from ..errors import CassetteMismatchError, ConfigError, LLMError
+from ..errors import CassetteError, CassetteMismatchError, ConfigError, LLMError
 from ..kernel._foreign import chat_response_of, tool_result_of
 from ..kernel._mount_plan import CASSETTE_MODES, CassetteSpec
 from ..kernel._tracing import current_tool_call
 from ..models import ChatRequest, ChatResponse, ContentBlock, ToolResult, structure, unstructure
 from ..runtime._streaming import stream_opener
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX (Windows)
+    fcntl = None  # type: ignore[assignment]
+
+_LOCKS: bool = fcntl is not None
+"""Whether this operating system has ``flock`` (POSIX); without it nothing records."""
 
 __all__ = (
     "ROOT_LANE",
@@ -67,6 +91,8 @@ __all__ = (
     "Cassette",
     "CassetteStatistics",
     "CassetteMismatchError",
+    "CassetteError",
+    "lock_path_for",
     "install_cassette",
     "open_cassette",
     "lane_of",
@@ -300,6 +326,177 @@ def _decode_error(data: Mapping[str, Any]) -> Exception:
     return cls(message)
 
 
+# -- the recorder lock (every function here runs in a worker thread) ------------------------
+
+
+def lock_path_for(path: Path) -> Path:
+    """The recorder lock beside a cassette: ``<file>.lock`` (removed when the recorder
+    closes)."""
+    return path.with_name(f"{path.name}.lock")
+
+
+def _acquire_recorder(path: Path) -> int:
+    """Take the recorder lock of ``path`` (as the session store's writer lock: an exclusive
+    ``flock``, the holder's pid written in the file); the descriptor that holds it.
+
+    Raises `CassetteError` naming the holder's pid when another recorder has it. The
+    holder removes the file as it lets go; a lock taken on a file so removed is let go and
+    taken again on the new one, so two recorders never both hold it.
+    """
+    lock = lock_path_for(path)
+    where = f"session.cassette.path: {path}"
+    if not _LOCKS:  # pragma: no cover - not POSIX
+        raise CassetteError(
+            f"{where}: no fcntl file locks here, which recording needs", path=str(path)
+        )
+    for _ in range(100):
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            msg = f"{where}: cannot open its lock {lock.name}: {exc.strerror or exc}"
+            raise CassetteError(msg, path=str(path)) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            msg = (
+                f"{where}: another recorder holds it ({holder}); one recorder per cassette "
+                "file — wait for it to finish, or record to another file"
+            )
+            raise CassetteError(msg, path=str(path)) from None
+        except OSError as exc:
+            os.close(fd)
+            msg = f"{where}: cannot lock {lock.name}: {exc.strerror or exc}"
+            raise CassetteError(msg, path=str(path)) from exc
+        try:
+            held, named = os.fstat(fd), os.stat(lock)
+            same = (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+        except OSError:
+            same = False
+        if same:
+            with contextlib.suppress(OSError):  # the lock is held all the same
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
+        os.close(fd)  # its holder removed it as it let go: take the new one
+    msg = f"{where}: cannot take its lock {lock.name} (it keeps being replaced)"
+    raise CassetteError(msg, path=str(path))  # pragma: no cover
+
+
+def _check_not_recording(path: Path) -> None:
+    """Raise `CassetteError` naming the recorder that holds ``path``, if one does: a file
+    being recorded is not replayed half-written."""
+    if not _LOCKS:  # pragma: no cover - not POSIX
+        return
+    try:
+        fd = os.open(lock_path_for(path), os.O_RDONLY)
+    except OSError:
+        return  # no lock file: no recorder
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        msg = (
+            f"session.cassette.path: {path}: another recorder holds it ({_holder(fd)}); "
+            "replay it once the recording is done"
+        )
+        raise CassetteError(msg, path=str(path)) from None
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+    except OSError:
+        text = ""
+    if not text.isdigit():
+        return "pid unknown"
+    mine = " — this process" if int(text) == os.getpid() else ""
+    return f"pid {text}{mine}"
+
+
+def _release_recorder(path: Path, fd: int) -> None:
+    """Remove the lock file while holding it, then let the lock go."""
+    with contextlib.suppress(OSError):
+        os.unlink(lock_path_for(path))
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+# -- validating a recorded line ---------------------------------------------------------------
+
+_CALL_KINDS = ("complete", "stream")
+
+
+def _problem(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _check_entry(entry: dict[str, Any]) -> str | None:
+    """What is wrong with one recorded call, or None: every field replay reads is there and
+    every response, event and result fits its model."""
+    lane = entry.get("lane")
+    if not isinstance(lane, str) or not lane:
+        return "missing or bad lane"
+    kind = entry.get("kind")
+    if kind == "tool":
+        for field, types in (("call", str), ("occurrence", int), ("tool", str)):
+            value = entry.get(field)
+            if not isinstance(value, types) or isinstance(value, bool):
+                return f"missing or bad {field}"
+        if entry["occurrence"] < 0:
+            return "missing or bad occurrence"
+        outcome = [k for k in ("result", "error", "cancelled") if k in entry]
+        if not outcome:
+            return "a tool call with no result, error or cancel"
+        if "result" in entry:
+            try:
+                structure(entry["result"], ToolResult)
+            except Exception as exc:  # noqa: BLE001 - named in the CassetteError
+                return f"result: {_problem(exc)}"
+        return _check_error(entry)
+    if kind not in _CALL_KINDS:
+        return f"unknown kind {_short(kind)} (expected complete, stream or tool)"
+    ordinal = entry.get("ordinal")
+    if not isinstance(ordinal, int) or isinstance(ordinal, bool) or ordinal < 0:
+        return "missing or bad ordinal"
+    if not isinstance(entry.get("provider"), str):
+        return "missing or bad provider"
+    if not isinstance(entry.get("request"), dict):
+        return "missing or bad request"
+    if kind == "complete":
+        if not any(k in entry for k in ("response", "error", "cancelled")):
+            return "a call with no response, error or cancel"
+        if "response" in entry:
+            try:
+                structure(entry["response"], ChatResponse)
+            except Exception as exc:  # noqa: BLE001 - named in the CassetteError
+                return f"response: {_problem(exc)}"
+    else:
+        events = entry.get("events")
+        if not isinstance(events, list):
+            return "missing or bad events"
+        for index, event in enumerate(events):
+            if not isinstance(event, dict):
+                return f"events[{index}]: not a JSON object"
+            try:
+                _decode_event(event)
+            except Exception as exc:  # noqa: BLE001 - named in the CassetteError
+                return f"events[{index}].response: {_problem(exc)}"
+    return _check_error(entry)
+
+
+def _check_error(entry: dict[str, Any]) -> str | None:
+    if "error" in entry and not isinstance(entry["error"], dict):
+        return "error: not a JSON object"
+    return None
+
+
 # -- the cassette ---------------------------------------------------------------------------
 
 
@@ -346,6 +543,8 @@ class Cassette:
         self._next_tool: dict[tuple[str, str], int] = {}
         self._lock = anyio.Lock()
         self._file: IO[str] | None = None
+        self._recorder: int | None = None  # the descriptor holding the recorder lock
+        self._holders: dict[str, tuple[int, str, int]] = {}  # lane: (id, who, count)
         self._users = 0
         self._written = 0
         self._replayed = 0
@@ -366,17 +565,28 @@ class Cassette:
     # -- opening and closing (blocking parts in a worker thread) ----------------------------
 
     def _open_blocking(self) -> None:
-        if self.mode != "record":
-            self._load()
-        if self.mode == "replay":
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fresh = self.mode == "record" or not self.path.exists() or self.path.stat().st_size == 0
-        self._file = self.path.open("w" if self.mode == "record" else "a", encoding="utf-8")
-        if fresh:
-            header = {"cassette": FORMAT, "version": _VERSION}
-            self._file.write(json.dumps(header) + "\n")
+        if self.mode != "replay":
+            self._recorder = _acquire_recorder(self.path)  # before the file is touched
+        else:
+            _check_not_recording(self.path)
+        try:
+            if self.mode != "record":
+                self._load()
+            if self.mode == "replay":
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            size = self.path.stat().st_size if self.path.exists() else 0
+            fresh = self.mode == "record" or size == 0
+            self._file = self.path.open("w" if fresh else "a", encoding="utf-8")
+            if fresh:
+                header = {"cassette": FORMAT, "version": _VERSION}
+                self._file.write(json.dumps(header) + "\n")
+            elif not self.path.read_bytes().endswith(b"\n"):
+                self._file.write("\n")  # a last line without its newline: keep lines whole
             self._file.flush()
+        except BaseException:
+            self._close_blocking()
+            raise
 
     def _load(self) -> None:
         try:
@@ -391,42 +601,117 @@ class Cassette:
             raise ConfigError(msg) from None
         except (OSError, UnicodeDecodeError) as exc:
             msg = f"session.cassette.path: {self.path}: cannot read: {exc}"
-            raise ConfigError(msg) from exc
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                self._load_line(number, line)
+            raise CassetteError(msg, path=str(self.path)) from exc
+        lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+        if not lines:
+            if self.mode == "new_episodes":
+                return  # nothing recorded yet: the file is begun afresh
+            msg = (
+                f"session.cassette.path: {self.path}: the file is empty, not a cassette "
+                "(record it first: mode record or auto, or --record)"
+            )
+            raise CassetteError(msg, path=str(self.path))
+        first = True
+        calls: dict[tuple[str, int], int] = {}  # where each call is recorded: its line
+        tools: dict[tuple[str, str, int], int] = {}
+        for number, line in lines:
+            self._load_line(number, line, header=first, calls=calls, tools=tools)
+            first = False
+        self._check_lanes(calls)
 
-    def _load_line(self, number: int, line: str) -> None:
+    def _load_line(
+        self,
+        number: int,
+        line: str,
+        *,
+        header: bool,
+        calls: dict[tuple[str, int], int],
+        tools: dict[tuple[str, str, int], int],
+    ) -> None:
         where = f"session.cassette.path: {self.path}:{number}"
+
+        def error(problem: str) -> CassetteError:
+            return CassetteError(f"{where}: {problem}", path=str(self.path), line=number)
+
         try:
             entry = json.loads(line)
         except ValueError as exc:
-            msg = f"{where}: not a JSON line ({exc})"
-            raise ConfigError(msg) from None
+            raise error(f"not a JSON line ({exc})") from None
         if not isinstance(entry, dict):
-            msg = f"{where}: not a JSON object"
-            raise ConfigError(msg)
-        if "cassette" in entry:
-            if entry.get("cassette") != FORMAT or entry.get("version") != _VERSION:
-                msg = f"{where}: not a version {_VERSION} amplifier-anyio cassette"
-                raise ConfigError(msg)
+            raise error("not a JSON object")
+        if header or "cassette" in entry:
+            if not header or entry.get("cassette") != FORMAT or entry.get("version") != _VERSION:
+                raise error(f"not a version {_VERSION} amplifier-anyio cassette")
             return
-        try:
-            lane = str(entry["lane"])
-            if entry.get("kind") == "tool":
-                key = (lane, str(entry["call"]), int(entry["occurrence"]))
-                self._tool_results[key] = entry
-                return
-            self._calls[(lane, int(entry["ordinal"]))] = entry
-        except (KeyError, TypeError, ValueError) as exc:
-            msg = f"{where}: not a cassette entry (missing or bad {exc})"
-            raise ConfigError(msg) from None
+        problem = _check_entry(entry)
+        if problem is not None:
+            raise error(f"not a recorded call: {problem}")
+        lane = entry["lane"]
+        if entry["kind"] == "tool":
+            key = (lane, entry["call"], entry["occurrence"])
+            if key in tools:
+                raise error(
+                    f"lane {lane!r}, tool call {key[1]} (#{key[2]}) is recorded twice "
+                    f"(first at line {tools[key]})"
+                )
+            tools[key] = number
+            self._tool_results[key] = entry
+            return
+        ordinal = entry["ordinal"]
+        if (lane, ordinal) in calls:
+            raise error(
+                f"lane {lane!r}, call {ordinal} is recorded twice "
+                f"(first at line {calls[lane, ordinal]})"
+            )
+        calls[lane, ordinal] = number
+        self._calls[(lane, ordinal)] = entry
         self._recorded_per_lane[lane] = self._recorded_per_lane.get(lane, 0) + 1
+
+    def _check_lanes(self, calls: dict[tuple[str, int], int]) -> None:
+        """Every lane's calls are numbered from 0 without a gap."""
+        for lane, count in self._recorded_per_lane.items():
+            missing = next((n for n in range(count) if (lane, n) not in calls), None)
+            if missing is None:
+                continue
+            later = min(o for (name, o) in calls if name == lane and o > missing)
+            number = calls[lane, later]
+            msg = (
+                f"session.cassette.path: {self.path}:{number}: lane {lane!r}, call {later} "
+                f"is recorded but call {missing} is not"
+            )
+            raise CassetteError(msg, path=str(self.path), line=number)
 
     def _close_blocking(self) -> None:
         file, self._file = self._file, None
-        if file is not None:
-            file.close()
+        recorder, self._recorder = self._recorder, None
+        try:
+            if file is not None:
+                file.close()
+        finally:
+            if recorder is not None:
+                _release_recorder(self.path, recorder)
+
+    def _hold(self, lane: str, coordinator: Any) -> None:
+        """Hold ``lane`` for ``coordinator``'s session (again, for the same session)."""
+        held = self._holders.get(lane)
+        if held is not None and held[0] != id(coordinator):
+            verb = "replayed" if self.mode == "replay" else "recorded"
+            msg = (
+                f"session.cassette.path: {self.path}: lane {lane!r} is already being {verb} "
+                f"by {held[1]} (pid {os.getpid()} — this process); one session per lane — "
+                "give this one its own lane (session.lane) or its own cassette file"
+            )
+            raise CassetteError(msg, path=str(self.path))
+        if held is None:
+            session = getattr(coordinator, "session", None)
+            who = getattr(session, "session_id", None) or getattr(coordinator, "session_id", "")
+            held = (id(coordinator), f"session {who!r}" if who else "another session", 0)
+        self._holders[lane] = (held[0], held[1], held[2] + 1)
+
+    def _let_go(self, lane: str) -> None:
+        held = self._holders.pop(lane, None)
+        if held is not None and held[2] > 1:
+            self._holders[lane] = (held[0], held[1], held[2] - 1)
 
     async def _open(self) -> None:
         await anyio.to_thread.run_sync(self._open_blocking)
@@ -848,6 +1133,11 @@ async def install_cassette(
     spec = _spec_of(spec)
     lane = lane or lane_of(coordinator)
     cassette = await _acquire(spec)
+    try:
+        cassette._hold(lane, coordinator)
+    except CassetteError:
+        await _release(cassette)
+        raise
     providers: dict[str, Any] = coordinator.get("providers")
     tools: dict[str, Any] = coordinator.get("tools")
     originals: list[tuple[dict[str, Any], str, Any]] = []
@@ -869,6 +1159,7 @@ async def install_cassette(
         for mounted, name, original in originals:
             if isinstance(mounted.get(name), _CassetteProvider | _CassetteTool):
                 mounted[name] = original
+        cassette._let_go(lane)
         await _release(cassette)
 
     coordinator.register_cleanup(uninstall)

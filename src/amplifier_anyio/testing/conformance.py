@@ -6,11 +6,17 @@ message starts with the broken rule's name (``tool.cancellation: ...``):
 
 - `check_tool` — name, description and schema as providers need them; ``execute``
   answers a sample input with a result whose output serialises; it lets a cancellation
-  through (``tool.cancellation``); a bad input is answered, not hung on;
+  through wherever it strikes (``tool.cancellation``); a bad input is answered, not hung on;
 - `check_provider` — identity and models; ``complete`` answers with a
-  `ChatResponse`, leaves the request untouched, lets a
-  cancellation through; tool calls have unique ids; an ``open_stream()`` ends with its response
-  and its text deltas add up to the response's text;
+  `ChatResponse`, leaves the request untouched, lets a cancellation through wherever it
+  strikes (and so does a stream); tool calls have unique ids, and ``parse_tool_calls``
+  gives back every call of a response, once, in order; an ``open_stream()`` ends with its
+  response and its text deltas add up to the response's text;
+
+"Wherever it strikes": the module's call is cancelled before it starts, then at each of
+its suspension points in turn (checkpoint k for k = 1…N, N counted by a run left alone; past
+200, the first and last fifty and an even spread) — a module that swallows the
+cancellation at its third checkpoint fails as one that swallows it at its first.
 - `check_context` — what is added comes back, in order, as copies; ``set_messages``
   and ``clear`` do what they say; the request view keeps system messages and never
   separates a tool call from its result, whatever the budget;
@@ -109,8 +115,10 @@ async def _call_inline(function: Any, *args: Any) -> Any:
 
 
 async def _lets_cancellation_through(rule: str, what: str, work: Callable[[], Any]) -> None:
-    """``work()`` started in a cancelled scope must end with the cancellation: an async
-    function checkpoints, and nothing may swallow the backend's cancellation."""
+    """``work()`` must end with the cancellation wherever it is cancelled: started in a
+    cancelled scope (an async function checkpoints), and cancelled at each of its
+    suspension points in turn — the k-th for k = 1…N, N counted by a run left alone — for
+    nothing may swallow the backend's cancellation, at its first checkpoint or its last."""
     with anyio.CancelScope() as scope:
         scope.cancel()
         try:
@@ -125,6 +133,93 @@ async def _lets_cancellation_through(rule: str, what: str, work: Callable[[], An
         f"{what} returned inside a cancelled scope: it never checkpointed, or it "
         "swallowed the cancellation",
     )
+    counted = _Suspensions(work(), cancel_at=None)
+    await _bounded(rule, what, counted.run)
+    total = counted.count
+    for k in _cancel_points(total):
+        probe = _Suspensions(work(), cancel_at=k)
+        with anyio.CancelScope() as probe.scope:
+            try:
+                await _bounded(rule, what, probe.run)
+            except ConformanceError:
+                raise
+            except Exception as exc:
+                raise ConformanceError(
+                    rule,
+                    f"{what} cancelled at checkpoint {k} of {total} raised "
+                    f"{type(exc).__name__} instead of the cancellation",
+                ) from exc
+        _require(
+            probe.scope.cancelled_caught or not probe.delivered,
+            rule,
+            f"{what} cancelled at checkpoint {k} of {total} returned: it swallowed the "
+            "cancellation",
+        )
+
+
+_MOST_CANCEL_POINTS = 200
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _cancel_points(total: int) -> list[int]:
+    """1…total; past `_MOST_CANCEL_POINTS` the first and last ones and an even spread."""
+    if total <= _MOST_CANCEL_POINTS:
+        return list(range(1, total + 1))
+    half = _MOST_CANCEL_POINTS // 4
+    spread = range(1, total + 1, max(1, total // (_MOST_CANCEL_POINTS // 2)))
+    return sorted({*range(1, half + 1), *spread, *range(total - half + 1, total + 1)})
+
+
+class _Suspensions:
+    """Runs a coroutine, counting the times it suspends (yields to the event loop: every
+    checkpoint and every wait); with ``cancel_at`` k, cancels ``scope`` as the coroutine
+    suspends for the k-th time, so the cancellation reaches it exactly there.
+
+    ``delivered``: the backend's cancellation was thrown into the coroutine (not so when
+    it was in a shielded wait — a worker thread's — that then ran to its end; a call that
+    finishes without another checkpoint has not swallowed what it never got)."""
+
+    def __init__(self, awaitable: Any, *, cancel_at: int | None) -> None:
+        self.coroutine = awaitable if inspect.iscoroutine(awaitable) else _awaited(awaitable)
+        self.cancel_at = cancel_at
+        self.count = 0
+        self.cancelled = False
+        self.delivered = False
+        self.scope: anyio.CancelScope | None = None
+
+    async def run(self) -> Any:
+        return await self
+
+    def __await__(self) -> Any:
+        coroutine = self.coroutine
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                yielded = coroutine.send(value) if error is None else coroutine.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            self.count += 1
+            if self.count == self.cancel_at and self.scope is not None:
+                self.cancelled = True
+                self.scope.cancel()
+            try:
+                value, error = (yield yielded), None
+                # trio resumes a task with an outcome: an Error carries the cancellation
+                if self.cancelled and isinstance(
+                    getattr(value, "error", None), anyio.get_cancelled_exc_class()
+                ):
+                    self.delivered = True
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - handed to the coroutine, as await does
+                value, error = None, exc
+                if self.cancelled and isinstance(exc, anyio.get_cancelled_exc_class()):
+                    self.delivered = True
 
 
 # -- tools ----------------------------------------------------------------------------------
@@ -138,7 +233,8 @@ async def check_tool(tool: Any, sample_input: Mapping[str, Any] | None = None) -
     (``input_schema`` a JSON object schema), ``tool.result`` (``execute`` returns a
     `ToolResult`, or a value the runtime converts, within
     10 s), ``tool.output`` (its output serialises), ``tool.cancellation`` (an async
-    ``execute`` lets a cancellation through), ``tool.bad_input`` (an input without the
+    ``execute`` lets a cancellation through at every checkpoint), ``tool.bad_input`` (an
+    input without the
     schema's required keys is answered — an error result or an exception — not hung on).
     """
     name = getattr(tool, "name", None)
@@ -214,7 +310,9 @@ async def check_provider(provider: Any, request: ChatRequest | None = None) -> N
     be), ``provider.complete`` (a ChatResponse, or a value the runtime converts, within
     10 s), ``provider.request_untouched``,
     ``provider.tool_calls`` (``parse_tool_calls`` gives ToolCalls with unique non-empty
-    ids), ``provider.cancellation`` (``complete`` lets a cancellation through) and, when it
+    ids, and for a response of three calls exactly those three, in order: none dropped,
+    duplicated or reordered), ``provider.cancellation`` (``complete``, and a stream
+    consumed whole, let a cancellation through at every checkpoint) and, when it
     streams (``open_stream()``, or ``stream()`` of the same shape), ``provider.stream``
     (event dicts with a ``type``, the last and only the last one the ``response``, text
     deltas adding up to the response's text).
@@ -261,12 +359,63 @@ async def check_provider(provider: Any, request: ChatRequest | None = None) -> N
         "complete() changed the request it was given",
     )
     _check_tool_calls(provider, response)
+    _check_parsed_calls(provider)
     await _lets_cancellation_through(
         "provider.cancellation", "complete()", lambda: provider.complete(request)
     )
     stream = stream_opener(provider)
     if stream is not None:
         await _bounded("provider.stream", "open_stream()", lambda: _check_stream(stream, request))
+
+        async def consume() -> None:
+            async with stream(request) as iterator:
+                async for _ in iterator:
+                    pass
+
+        await _lets_cancellation_through("provider.cancellation", "open_stream()", consume)
+
+
+_CALLS = (
+    ToolCall(id="call_1", name="probe", arguments={"n": 1}),
+    ToolCall(id="call_2", name="probe", arguments={"n": 2}),
+    ToolCall(id="call_3", name="lookup", arguments={"q": "three"}),
+)
+"""Three calls, two of one tool: what `provider.tool_calls` hands ``parse_tool_calls``."""
+
+
+def _check_parsed_calls(provider: Any) -> None:
+    """``parse_tool_calls`` gives back a response's calls: every one, once, in order."""
+    response = ChatResponse(
+        content=[ToolCallBlock(id=c.id, name=c.name, input=dict(c.arguments)) for c in _CALLS],
+        tool_calls=list(_CALLS),
+        finish_reason="tool_calls",
+    )
+    try:
+        calls = provider.parse_tool_calls(response)
+    except Exception as exc:
+        raise ConformanceError(
+            "provider.tool_calls", f"parse_tool_calls() raised {type(exc).__name__}: {exc}"
+        ) from exc
+    _require(
+        isinstance(calls, list) and all(isinstance(c, ToolCall) for c in calls),
+        "provider.tool_calls",
+        f"parse_tool_calls() gave {calls!r}",
+    )
+    given = [(c.id, c.name, c.arguments) for c in _CALLS]
+    parsed = [(c.id, c.name, c.arguments) for c in calls]
+    if parsed == given:
+        return
+    ids = [c[0] for c in given]
+    got = [c[0] for c in parsed]
+    if sorted(got) == sorted(ids):
+        problem = f"reordered the calls: gave {got}, the response has {ids}"
+    elif len(set(got)) < len(got):
+        problem = f"duplicated a call: gave {got}, the response has {ids}"
+    elif set(got) < set(ids):
+        problem = f"dropped a call: gave {got}, the response has {ids}"
+    else:
+        problem = f"gave {parsed!r}, the response has {given!r}"
+    raise ConformanceError("provider.tool_calls", f"parse_tool_calls() {problem}")
 
 
 def _check_tool_calls(provider: Any, response: ChatResponse) -> None:

@@ -20,8 +20,11 @@ timing:
   ``content_block:delta`` — events a turn emits one at a time, so the k-th is the same in
   every run.
 
-So the same seed gives the same run: the same events (the order of the events of tools
-running at the same time aside: that is the scheduler's) and the same statuses.
+So the same seed gives the same run: the same events, the same statuses and the same
+record of what struck (`FaultRun.injected`). That record is in *plan order* — by where each
+fault strikes (the provider calls before it, then a batch's tool calls by their index) —
+never in the order the faults arrived, which for the tool calls of one batch is the
+scheduler's.
 `fault_plans` is a Hypothesis strategy of plans; a failing property shows the plan
 it drew, seed first (``FaultPlan(seed=1234, …)``), and that line rebuilds it.
 """
@@ -228,17 +231,28 @@ class FaultPlan:
 
 @attrs.define(eq=False)
 class FaultRun:
-    """A fault plan applied to one coordinator; ``injected`` says what struck, in order."""
+    """A fault plan applied to one coordinator; ``injected`` says what struck, in plan order."""
 
     plan: FaultPlan
     coordinator: Any
-    injected: list[str] = attrs.Factory(list)
-    """One line per fault as it struck (``provider call 2: rate_limit``, …)."""
     provider_calls: int = 0
+    _struck: list[tuple[tuple[int, int, int, int], str]] = attrs.Factory(list)
     _tool_seen: dict[tuple[int, int], int] = attrs.Factory(dict)
     _originals: list[tuple[dict[str, Any], str, Any]] = attrs.Factory(list)
     _unregister: Callable[[], None] | None = None
     _emissions: int = 0
+
+    @property
+    def injected(self) -> list[str]:
+        """One line per fault that struck (``provider call 2 (scripted): rate_limit``, …),
+        in plan order: by the number of provider calls made before it, then — between two
+        provider calls — a cancel point, the tool calls (by batch, then by index in their
+        batch), the next provider call. The same seed gives the same list, whatever order
+        the tool calls of a batch started in."""
+        return [line for _, line in sorted(self._struck, key=lambda item: item[0])]
+
+    def _strike(self, where: tuple[int, int, int, int], line: str) -> None:
+        self._struck.append((where, line))
 
     def _install(self) -> None:
         providers: dict[str, Any] = self.coordinator.get("providers")
@@ -272,7 +286,8 @@ class FaultRun:
             self._emissions += 1
             if self._emissions == point.occurrence:
                 level = "immediate" if point.immediate else "graceful"
-                self.injected.append(f"cancel ({level}) at {event} #{point.occurrence}")
+                line = f"cancel ({level}) at {event} #{point.occurrence}"
+                self._strike((self.provider_calls, 0, 0, 0), line)
                 self.coordinator.request_cancel_nowait(point.immediate)
 
         return cancel
@@ -282,7 +297,7 @@ class FaultRun:
         self.provider_calls += 1
         fault = self.plan.provider_fault(ordinal)
         if fault is not None:
-            self.injected.append(f"provider call {ordinal} ({name}): {fault.kind}")
+            self._strike((ordinal, 2, 0, 0), f"provider call {ordinal} ({name}): {fault.kind}")
         return ordinal, fault
 
     def _next_tool_fault(self, name: str) -> ToolFault | None:
@@ -293,9 +308,10 @@ class FaultRun:
         self._tool_seen[where] = occurrence + 1
         fault = self.plan.tool_fault(*where, occurrence)
         if fault is not None:
-            self.injected.append(
+            self._strike(
+                (self.provider_calls, 1, occurrence, index),
                 f"tool call {index} after provider call {self.provider_calls - 1} "
-                f"({name}): {fault.kind}"
+                f"({name}): {fault.kind}",
             )
         return fault
 
