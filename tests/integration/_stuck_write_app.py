@@ -1,9 +1,10 @@
 """A program whose fsync sticks for good mid-turn: its turn gives up, then it must exit.
 
-``python _stuck_write_app.py BACKEND DIRECTORY`` runs one warm-up turn on context-persistent,
-then runs a second turn with a 0.3 s ``write_timeout`` in which every ``os.fsync`` from its
-first tool call on blocks for ever (the batch's results cannot be written). It prints the second turn's status and returns from ``main`` as any
-program does: the interpreter must then exit although a thread is still stuck in fsync.
+``python _stuck_write_app.py BACKEND DIRECTORY`` runs one warm-up turn on
+context-persistent, then a second turn with a 0.3 s ``write_timeout`` in which every
+``os.fsync`` from its first tool call on blocks for ever (the batch's results cannot be
+written). It prints the second turn's status and returns from ``main`` as any program
+does: the interpreter must then exit although a thread is still stuck in fsync.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ async def main(directory: Path) -> None:
         "providers": [{"module": "provider-scripted", "config": {"demo": True}}],
         "tools": [{"module": "tool-demo", "config": {"delay": 0}}],
     }
+
     def stick(event: str, data: object) -> None:
         global stuck  # noqa: PLW0603 - the switch the program flips mid-run
         stuck = True
