@@ -33,7 +33,7 @@ def serve_command(
     check_backend(backend)
     if importlib.util.find_spec("mcp") is None:
         raise fail("mcp serve needs the MCP SDK (pip install 'amplifier-anyio[mcp]')")
-    from ..mcp_server import serve_stdio
+    from amplifier_anyio.mcp.serve import serve_stdio
 
     with cli_command():
         mount_plan = MountPlan.from_dict(DEFAULT_PLAN) if plan is None else load_plan_file(plan)

@@ -8,7 +8,7 @@ session runs one turn at a time: concurrent ``run`` calls wait their turn.
 
 It speaks protocol ``2026-07-28`` to a client that does (``server/discover``, no
 initialize handshake) and the older revisions otherwise. To a ``2026-07-28`` client that
-declares the tasks extension (`amplifier_anyio.mcp_tasks`), ``run`` answers with a task at
+declares the tasks extension (`amplifier_anyio.mcp.tasks`), ``run`` answers with a task at
 once: the turn runs in the server's task runner, the client polls ``tasks/get``, and
 ``tasks/cancel`` cancels the turn.
 
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .kernel import AmplifierSession, MountPlan, TurnStatus
+from amplifier_anyio.kernel import AmplifierSession, MountPlan, TurnStatus
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-    from .mcp_tasks import TaskRunner
+    from amplifier_anyio.mcp.tasks import TaskRunner
 
 __all__ = ("RUN_DESCRIPTION", "build_server", "serve_stdio")
 
@@ -55,7 +55,7 @@ def build_server(
     from mcp.server.mcpserver import MCPServer  # noqa: PLC0415 - the [mcp] extra
     from mcp_types import CallToolResult, TextContent  # noqa: PLC0415
 
-    from .mcp_tasks import TasksExtension  # noqa: PLC0415 - the [mcp] extra
+    from amplifier_anyio.mcp.tasks import TasksExtension  # noqa: PLC0415 - the [mcp] extra
 
     extensions = [] if tasks is None else [TasksExtension(tasks, {"run"})]
     server: MCPServer = MCPServer(
@@ -90,7 +90,7 @@ async def serve_stdio(
     """Open a session over ``plan`` and serve it as an MCP server on stdin / stdout until
     the client closes the connection; then close the session (a ``run`` task still
     running is cancelled first)."""
-    from .mcp_tasks import TaskRunner  # noqa: PLC0415 - the [mcp] extra
+    from amplifier_anyio.mcp.tasks import TaskRunner  # noqa: PLC0415 - the [mcp] extra
 
     tasks = TaskRunner()
     async with AmplifierSession(plan, strict=strict) as session, tasks.running():

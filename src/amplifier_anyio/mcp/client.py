@@ -23,7 +23,7 @@ connection.
 - A call runs under the tool batch's limiter and ``tool_timeout``; ``timeout`` (per server)
   bounds one request and fails that call alone. A cancelled call is abandoned: the SDK
   tells the server (``notifications/cancelled``) and the connection stays usable.
-- The tasks extension (`amplifier_anyio.mcp_tasks`): a server may answer a long call with
+- The tasks extension (`amplifier_anyio.mcp.tasks`): a server may answer a long call with
   a task; the call then polls ``tasks/get`` until the task ends, ``timeout`` bounds the
   whole wait, and a cancelled or timed-out call sends ``tasks/cancel``.
 - ``is_error`` results become error results; text, image, audio and resource blocks and
@@ -67,12 +67,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ..config_schema import ConfigSchema, Setting
-from ..errors import ConfigError, MCPServerError, describe
-from ..events import PROMPT_SUBMIT
-from ..interfaces import Claims
-from ..mcp_tasks import TasksClient
-from ..models import ToolResult
+from amplifier_anyio.config_schema import ConfigSchema, Setting
+from amplifier_anyio.errors import ConfigError, MCPServerError, describe
+from amplifier_anyio.events import PROMPT_SUBMIT
+from amplifier_anyio.interfaces import Claims
+from amplifier_anyio.mcp.tasks import TasksClient
+from amplifier_anyio.models import ToolResult
 
 __all__ = (
     "MCPServerConfig",
