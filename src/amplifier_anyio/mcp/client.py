@@ -62,7 +62,6 @@ import anyio.abc
 import attrs
 import mcp
 import mcp_types
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -71,6 +70,7 @@ from amplifier_anyio.config_schema import ConfigSchema, Setting
 from amplifier_anyio.errors import ConfigError, MCPServerError, describe
 from amplifier_anyio.events import PROMPT_SUBMIT
 from amplifier_anyio.interfaces import Claims
+from amplifier_anyio.mcp._stdio import stdio_transport
 from amplifier_anyio.mcp.tasks import TasksClient
 from amplifier_anyio.models import ToolResult
 
@@ -605,13 +605,13 @@ class MCPConnection:
 
     def _open(self, lost: anyio.Event) -> Any:
         if self.config.command is not None:
-            params = mcp.StdioServerParameters(
-                command=self.config.command,
-                args=list(self.config.args),
+            transport: Any = stdio_transport(
+                self.name,
+                self.config.command,
+                self.config.args,
                 env=self.config.env,
                 cwd=self.config.cwd,
             )
-            transport: Any = stdio_client(params)
         else:
             assert self.config.url is not None
             transport = _HTTPTransport(self.config.url, self.config.headers)
