@@ -27,7 +27,7 @@ if TYPE_CHECKING:
         MCPTool,
         result_of,
     )
-    from amplifier_anyio.mcp.serve import build_server, serve_stdio
+    from amplifier_anyio.mcp.serve import build_server, serve_http, serve_stdio
     from amplifier_anyio.mcp.tasks import TaskRunner, TasksClient, TasksExtension
 
 __all__ = (
@@ -40,6 +40,7 @@ __all__ = (
     "result_of",
     "build_server",
     "serve_stdio",
+    "serve_http",
     "TaskRunner",
     "TasksClient",
     "TasksExtension",
@@ -55,6 +56,7 @@ _LAZY: dict[str, str] = {
     "result_of": "client",
     "build_server": "serve",
     "serve_stdio": "serve",
+    "serve_http": "serve",
     "TaskRunner": "tasks",
     "TasksClient": "tasks",
     "TasksExtension": "tasks",
