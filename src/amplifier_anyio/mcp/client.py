@@ -33,13 +33,17 @@ connection.
   (``{reads: [...], writes: [...]}``); calls that conflict then run in call order
   (``docs/concurrency.md``).
 - A server that dies mid-session makes its tools answer an error naming it; with
-  ``reconnect`` the service reconnects (that many times, with doubling backoff).
+  ``reconnect`` the service reconnects (that many times, with doubling backoff). A stdio
+  server's death is seen through its process exit as well as the end of its stdout, and
+  every call pending on a lost connection is answered at once; a reply that cannot be
+  read fails its own call (``amplifier_anyio.mcp._stdio``).
 - ``notifications/tools/list_changed`` (or a modern server's ``subscriptions/listen``
   event) makes the service list the tools again; the mounted set is updated at the start
   of the next turn (``prompt:submit``), never in the middle of one.
-- When the session closes, each service's scope is cancelled and the SDK closes the
-  transport under a shield: a stdio server gets its stdin closed, then SIGTERM and SIGKILL
-  to its process group, so no server process outlives the session.
+- When the session closes, each service's scope is cancelled and the transport is closed
+  under a shield: a stdio server gets its stdin closed, then SIGTERM and SIGKILL to its
+  process group (even once the server itself exited), so no server process outlives the
+  session.
 
 See ``docs/mcp.md``.
 """
