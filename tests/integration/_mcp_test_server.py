@@ -24,6 +24,11 @@ from __future__ import annotations
 
 import base64
 import sys
+from pathlib import Path
+
+# The checkout beside this file, whatever environment the client starts us in (the SDK's
+# stdio client passes only a few variables, not PYTHONPATH).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 import anyio
 import uvicorn
@@ -32,7 +37,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ImageContent, TextContent
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from amplifier_anyio.mcp_tasks import TaskRunner, TasksExtension
+from amplifier_anyio.mcp.tasks import TaskRunner, TasksExtension
 
 PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"

@@ -27,8 +27,8 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 
 from amplifier_anyio import AmplifierSession, TurnStatus
-from amplifier_anyio.mcp_server import build_server
-from amplifier_anyio.mcp_tasks import (
+from amplifier_anyio.mcp.serve import build_server
+from amplifier_anyio.mcp.tasks import (
     CancelTaskRequest,
     GetTaskRequest,
     TaskIdParams,

@@ -34,7 +34,7 @@ if importlib.util.find_spec("mcp") is not None:  # else every test is skipped (n
         TextResourceContents,
     )
 
-    from amplifier_anyio.tools.mcp import (
+    from amplifier_anyio.mcp.client import (
         MCPConfig,
         MCPConnection,
         MCPConnectionState,

@@ -28,7 +28,7 @@ from amplifier_anyio.tools.bash import BashConfig, make_tool
 from amplifier_anyio.tools.filesystem import make_tools
 from tiers import needs, optional
 
-mcp_tool = optional("amplifier_anyio.tools.mcp")  # needs the MCP SDK
+mcp_tool = optional("amplifier_anyio.mcp.client")  # needs the MCP SDK
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,7 @@ connection.
 - A call runs under the tool batch's limiter and ``tool_timeout``; ``timeout`` (per server)
   bounds one request and fails that call alone. A cancelled call is abandoned: the SDK
   tells the server (``notifications/cancelled``) and the connection stays usable.
-- The tasks extension (`amplifier_anyio.mcp_tasks`): a server may answer a long call with
+- The tasks extension (`amplifier_anyio.mcp.tasks`): a server may answer a long call with
   a task; the call then polls ``tasks/get`` until the task ends, ``timeout`` bounds the
   whole wait, and a cancelled or timed-out call sends ``tasks/cancel``.
 - ``is_error`` results become error results; text, image, audio and resource blocks and
@@ -33,13 +33,17 @@ connection.
   (``{reads: [...], writes: [...]}``); calls that conflict then run in call order
   (``docs/concurrency.md``).
 - A server that dies mid-session makes its tools answer an error naming it; with
-  ``reconnect`` the service reconnects (that many times, with doubling backoff).
+  ``reconnect`` the service reconnects (that many times, with doubling backoff). A stdio
+  server's death is seen through its process exit as well as the end of its stdout, and
+  every call pending on a lost connection is answered at once; a reply that cannot be
+  read fails its own call (``amplifier_anyio.mcp._stdio``).
 - ``notifications/tools/list_changed`` (or a modern server's ``subscriptions/listen``
   event) makes the service list the tools again; the mounted set is updated at the start
   of the next turn (``prompt:submit``), never in the middle of one.
-- When the session closes, each service's scope is cancelled and the SDK closes the
-  transport under a shield: a stdio server gets its stdin closed, then SIGTERM and SIGKILL
-  to its process group, so no server process outlives the session.
+- When the session closes, each service's scope is cancelled and the transport is closed
+  under a shield: a stdio server gets its stdin closed, then SIGTERM and SIGKILL to its
+  process group (even once the server itself exited), so no server process outlives the
+  session.
 
 See ``docs/mcp.md``.
 """
@@ -62,17 +66,17 @@ import anyio.abc
 import attrs
 import mcp
 import mcp_types
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ..config_schema import ConfigSchema, Setting
-from ..errors import ConfigError, MCPServerError, describe
-from ..events import PROMPT_SUBMIT
-from ..interfaces import Claims
-from ..mcp_tasks import TasksClient
-from ..models import ToolResult
+from amplifier_anyio.config_schema import ConfigSchema, Setting
+from amplifier_anyio.errors import ConfigError, MCPServerError, describe
+from amplifier_anyio.events import PROMPT_SUBMIT
+from amplifier_anyio.interfaces import Claims
+from amplifier_anyio.mcp._stdio import stdio_transport
+from amplifier_anyio.mcp.tasks import TasksClient
+from amplifier_anyio.models import ToolResult
 
 __all__ = (
     "MCPServerConfig",
@@ -605,13 +609,13 @@ class MCPConnection:
 
     def _open(self, lost: anyio.Event) -> Any:
         if self.config.command is not None:
-            params = mcp.StdioServerParameters(
-                command=self.config.command,
-                args=list(self.config.args),
+            transport: Any = stdio_transport(
+                self.name,
+                self.config.command,
+                self.config.args,
                 env=self.config.env,
                 cwd=self.config.cwd,
             )
-            transport: Any = stdio_client(params)
         else:
             assert self.config.url is not None
             transport = _HTTPTransport(self.config.url, self.config.headers)
