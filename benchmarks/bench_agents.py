@@ -34,7 +34,7 @@ import anyio
 from amplifier_anyio import AmplifierSession, ToolResult, TurnStatus
 from amplifier_anyio.bench.timing import time_variants
 from amplifier_anyio.kernel import ModuleLoader
-from amplifier_anyio.kernel._agents import merge_overlay
+from amplifier_anyio.session._agents import merge_overlay
 
 VARIANTS = ("bare", "bare-cold", "agents", "root")
 

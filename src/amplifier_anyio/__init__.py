@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     )
     from .interfaces import Claims
     from .kernel import (
-        AmplifierSession,
         CancellationState,
         CancellationToken,
         HookRegistry,
@@ -39,8 +38,6 @@ if TYPE_CHECKING:
         ModuleSpec,
         MountPlan,
         PendingApproval,
-        SessionState,
-        SessionStatus,
         ToolCallContext,
         TurnHandle,
         TurnResult,
@@ -48,7 +45,6 @@ if TYPE_CHECKING:
         current_tool_call,
         current_trace_id,
         current_turn,
-        validate_plan,
     )
     from .models import (
         ChatRequest,
@@ -64,6 +60,7 @@ if TYPE_CHECKING:
         structure,
         unstructure,
     )
+    from .session import AmplifierSession, SessionState, SessionStatus, validate_plan
 
 # The public names are imported on first use (PEP 562): ``import amplifier_anyio`` alone
 # stays cheap for a program that only needs, say, the models or the CLI's --help.
@@ -80,7 +77,7 @@ _LAZY: dict[str, str] = {
     "SessionError": "errors",
     "ValidationError": "errors",
     "Claims": "interfaces",
-    "AmplifierSession": "kernel",
+    "AmplifierSession": "session",
     "CancellationState": "kernel",
     "CancellationToken": "kernel",
     "TurnHandle": "kernel",
@@ -90,15 +87,15 @@ _LAZY: dict[str, str] = {
     "ModuleSpec": "kernel",
     "MountPlan": "kernel",
     "PendingApproval": "kernel",
-    "SessionState": "kernel",
-    "SessionStatus": "kernel",
+    "SessionState": "session",
+    "SessionStatus": "session",
     "ToolCallContext": "kernel",
     "TurnResult": "kernel",
     "TurnStatus": "kernel",
     "current_tool_call": "kernel",
     "current_trace_id": "kernel",
     "current_turn": "kernel",
-    "validate_plan": "kernel",
+    "validate_plan": "session",
     "ChatRequest": "models",
     "ChatResponse": "models",
     "HookResult": "models",

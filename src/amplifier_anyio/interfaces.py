@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import attrs
 
@@ -26,9 +26,6 @@ from .models import (
     ToolResult,
 )
 
-if TYPE_CHECKING:
-    from .kernel._hooks import HookRegistry
-
 __all__ = (
     "Orchestrator",
     "Provider",
@@ -38,6 +35,7 @@ __all__ = (
     "ContextManager",
     "ToolJournal",
     "HookHandler",
+    "HookRegistry",
     "ApprovalSystem",
     "DisplaySystem",
     "ModuleSource",
@@ -210,6 +208,35 @@ class HookHandler(Protocol):
     """A hook: ``await handler(event, data)`` returns a HookResult (or None: continue)."""
 
     async def __call__(self, event: str, data: dict[str, Any]) -> HookResult | None: ...
+
+
+class HookRegistry(Protocol):
+    """What an orchestrator needs of the hook registry (the kernel's ``HookRegistry`` is one).
+
+    Handlers run in ascending priority; ``emit`` reduces their answers to one
+    [`HookResult`][amplifier_anyio.HookResult] (docs/hooks.md).
+    """
+
+    def register(
+        self,
+        event: str,
+        handler: Callable[..., Any],
+        priority: int = 0,
+        name: str | None = None,
+        *,
+        blocking: bool = False,
+        timeout: float | None = None,
+    ) -> Callable[[], None]:
+        """Add a handler; returns its unregister function."""
+        ...
+
+    def has_handlers(self, event: str) -> bool:
+        """Whether emitting ``event`` would run any handler."""
+        ...
+
+    async def emit(self, event: str, data: dict[str, Any]) -> HookResult:
+        """Run the handlers of ``event`` and reduce their answers."""
+        ...
 
 
 class ApprovalSystem(Protocol):

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from amplifier_anyio import AmplifierSession, ConfigError, validate_plan
 from amplifier_anyio.cli import app
 from amplifier_anyio.cli.sessions import project_sessions_dir
-from amplifier_anyio.kernel._agents import merge_overlay
+from amplifier_anyio.session._agents import merge_overlay
 
 pytestmark = pytest.mark.anyio
 

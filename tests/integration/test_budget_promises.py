@@ -15,8 +15,8 @@ from _agents_kit import HANG_GUARD, Children, answer, calls, parent_reply, plan,
 
 from amplifier_anyio import AmplifierSession, ChatRequest, ChatResponse, TurnStatus
 from amplifier_anyio.errors import ConfigError
-from amplifier_anyio.kernel._validation import validate_plan
 from amplifier_anyio.providers.scripted import ScriptedProvider
+from amplifier_anyio.session._validation import validate_plan
 
 pytestmark = pytest.mark.anyio
 

@@ -24,9 +24,9 @@ from typer.testing import CliRunner
 from amplifier_anyio import AmplifierSession, ChatRequest, ChatResponse, TurnStatus
 from amplifier_anyio.cli import app
 from amplifier_anyio.errors import ConfigError
-from amplifier_anyio.kernel import validate_plan
-from amplifier_anyio.kernel._bundles import compose, extend, resolve_plan_file
 from amplifier_anyio.providers.scripted import ScriptedProvider
+from amplifier_anyio.session import validate_plan
+from amplifier_anyio.session._bundles import compose, extend, resolve_plan_file
 
 pytestmark = pytest.mark.anyio
 

@@ -20,11 +20,12 @@ from amplifier_anyio.events import (
     LIFECYCLE_EVENTS,
     ORCHESTRATOR_COMPLETE,
 )
-from amplifier_anyio.kernel import AmplifierSession, TurnResult, TurnStatus
+from amplifier_anyio.kernel import TurnResult, TurnStatus
 from amplifier_anyio.models import ToolResult
 from amplifier_anyio.orchestrators import LoopLifecycleOrchestrator
 from amplifier_anyio.orchestrators.loop_lifecycle import AGGREGATE_INSTRUCTIONS
 from amplifier_anyio.providers.scripted import ScriptedProvider
+from amplifier_anyio.session import AmplifierSession
 from amplifier_anyio.testing import EventRecorder
 
 pytestmark = pytest.mark.anyio

@@ -29,8 +29,9 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from amplifier_anyio.events import EXECUTION_END, LIFECYCLE_EVENTS, ORCHESTRATOR_COMPLETE
-from amplifier_anyio.kernel import AmplifierSession, TurnResult, TurnStatus
+from amplifier_anyio.kernel import TurnResult, TurnStatus
 from amplifier_anyio.models import ToolResult
+from amplifier_anyio.session import AmplifierSession
 from amplifier_anyio.testing import EventRecorder
 from tiers import examples
 

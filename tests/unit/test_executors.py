@@ -20,8 +20,9 @@ import pytest
 from amplifier_anyio import AmplifierSession, ConfigError
 from amplifier_anyio.events import TOOL_POST
 from amplifier_anyio.executors.dask import DaskExecutor, DaskExecutorConfig
-from amplifier_anyio.kernel import MountPlan, validate_plan
+from amplifier_anyio.kernel import MountPlan
 from amplifier_anyio.runtime import CANCELLED_MESSAGE, ProcessExecutor, ThreadExecutor
+from amplifier_anyio.session import validate_plan
 from tiers import needs, optional
 
 pytestmark = pytest.mark.anyio

@@ -22,8 +22,9 @@ import pytest
 
 from amplifier_anyio import AmplifierSession, ModuleLoader
 from amplifier_anyio.errors import ConfigError, ModuleNotFoundError
-from amplifier_anyio.kernel import ENTRY_POINT_GROUP, MountPlan, validate_plan
+from amplifier_anyio.kernel import ENTRY_POINT_GROUP, MountPlan
 from amplifier_anyio.kernel._sources import GitSource
+from amplifier_anyio.session import validate_plan
 
 pytestmark = pytest.mark.anyio
 

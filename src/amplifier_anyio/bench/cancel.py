@@ -28,10 +28,10 @@ from typing import Any
 
 import anyio
 
-from ..kernel._session import AmplifierSession
 from ..kernel._turns import TurnStatus
 from ..models import ChatRequest, ChatResponse, TextBlock, ToolResult
 from ..providers.scripted import ScriptedProvider
+from ..session._session import AmplifierSession
 from .timing import Timing, ratio
 from .workloads import tool_calls
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import anyio
 
-from ..kernel._session import AmplifierSession
+from ..session._session import AmplifierSession
 from ..tools.compute import hash_rounds
 
 __all__ = ("EXECUTOR_CASES", "calibrate_rounds", "executors_suite")

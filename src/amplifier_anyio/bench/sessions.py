@@ -29,10 +29,10 @@ from typing import Any
 
 import anyio
 
-from ..kernel._session import AmplifierSession
 from ..kernel._turns import TurnStatus
 from ..models import ChatRequest, ChatResponse, TextBlock
 from ..providers.scripted import ScriptedProvider
+from ..session._session import AmplifierSession
 from .timing import time_variants, traced
 from .workloads import FanoutTurn, Job, SleepTool, prepare_floor, tool_calls
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kernel._session import AmplifierSession
 from ..kernel._turns import TurnStatus
 from ..models import ChatRequest, ChatResponse, TextBlock, ToolCall
 from ..providers.scripted import ScriptedProvider
+from ..session._session import AmplifierSession
 from .timing import time_variants
 from .workloads import FanoutTurn, Job, SleepTool
 

@@ -26,11 +26,11 @@ from rich.markup import escape
 
 from ..errors import ConfigError, ModuleLoadError, ModuleNotFoundError, describe
 from ..events import ALL_EVENTS, MODULE_LOAD_FAILED, PROVIDER_RETRY
-from ..kernel._bundles import plan_of, resolve_plan_file
 from ..kernel._mount_plan import MountPlan
-from ..kernel._session import AmplifierSession
 from ..kernel._turns import TurnResult
 from ..models import HookResult, unstructure
+from ..session._bundles import plan_of, resolve_plan_file
+from ..session._session import AmplifierSession
 
 out = Console()
 err = Console(stderr=True)
@@ -120,7 +120,7 @@ class _LogLine(logging.Handler):
 def _reported_as_event(record: logging.LogRecord) -> bool:
     # The session logs an optional module that failed to load and emits
     # module:load_failed, which the CLI prints (warn_load_failed): print it once.
-    return record.name == "amplifier_anyio.kernel._session" and "not loaded" in str(record.msg)
+    return record.name == "amplifier_anyio.session._session" and "not loaded" in str(record.msg)
 
 
 def check_backend(backend: str) -> None:

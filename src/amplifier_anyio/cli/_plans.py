@@ -17,8 +17,8 @@ from typing import Any
 import attrs
 
 from ..errors import ConfigError
-from ..kernel._agents import agent_instruction, agents_of, merge_overlay
 from ..kernel._mount_plan import MountPlan
+from ..session._agents import agent_instruction, agents_of, merge_overlay
 from ._common import fail, load_plan_file, warn
 
 DEFAULT_PLAN: dict[str, Any] = {

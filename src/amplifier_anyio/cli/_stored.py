@@ -29,7 +29,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from ..kernel._session import AmplifierSession
+from ..session._session import AmplifierSession
 from ._common import fail, say, warn
 from ._plans import PlanOptions
 

@@ -41,11 +41,11 @@ from ..events import (
     TASK_AGENT_RESUMED,
     TASK_AGENT_SPAWNED,
 )
-from ..kernel._agents import agent_of_child_id
+from ..kernel._ids import agent_of_child_id
 from ..kernel._mount_plan import MountPlan
-from ..kernel._session import AmplifierSession
 from ..kernel._turns import PendingApproval, TurnStatus
 from ..models import HookResult
+from ..session._session import AmplifierSession
 from ._common import (
     EventLog,
     approval_system,

@@ -14,8 +14,8 @@ import attrs
 import typer
 
 from ..kernel._mount_plan import MountPlan
-from ..kernel._session import AmplifierSession
 from ..kernel._turns import TurnResult, TurnStatus
+from ..session._session import AmplifierSession
 from ._common import (
     EventLog,
     approval_system,

@@ -40,8 +40,8 @@ from ..contexts import _jsonl, _store
 from ..contexts.durable import approve, pending_approvals
 from ..contexts.persistent import CONTEXT_MESSAGES_FILENAME, amplifier_home, default_path
 from ..errors import ContextFileError, SessionError
-from ..kernel._agents import read_metadata
 from ..kernel._turns import PendingApproval
+from ..session._agents import read_metadata
 from ._common import fail, one_line, out, say
 
 __all__ = (

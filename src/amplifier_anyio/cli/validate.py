@@ -9,7 +9,7 @@ import anyio
 import typer
 
 from ..kernel._loader import ModuleLoader
-from ..kernel._validation import validate_plan
+from ..session._validation import validate_plan
 from ._common import cause, cli_command, one_line, out, say
 
 __all__ = ("validate_command",)

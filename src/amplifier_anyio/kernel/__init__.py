@@ -1,13 +1,16 @@
-"""The kernel: session, mount plans, module loader, coordinator, hooks, cancellation,
-and the budget tree of sub-agents."""
+"""The kernel, the core only: hooks, cancellation, the turn handle, the budget tree,
+the coordinator, services, offload, tracing, the upstream-module adapter, mount plans,
+the module loader and sources. It imports nothing above it (docs/architecture.md).
+
+The session, the turn event stream, bundles and plan validation moved up to
+`amplifier_anyio.session`; their names here still work for one release, with a
+``DeprecationWarning``."""
 
 from __future__ import annotations
 
 from ._budget import BUDGET_FINISH_REASON, Budget, BudgetMeter, BudgetStatistics
-from ._bundles import ResolvedPlan, resolve_plan_dict, resolve_plan_file
 from ._cancellation import CancellationState, CancellationStatistics, CancellationToken
 from ._coordinator import MOUNT_POINTS, CoordinatorStatistics, ModuleCoordinator
-from ._event_stream import Event, TurnEventStream
 from ._foreign import chat_response_of, hook_result_of, tool_result_of
 from ._handle import TurnHandle, TurnHandleStatistics, TurnPhase, current_turn, turn_scope
 from ._hooks import Handler, HookAnswer, HookRegistry, HookRegistryStatistics
@@ -22,7 +25,6 @@ from ._mount_plan import (
     expand_variables,
 )
 from ._services import ServiceFunction, ServiceState, ServiceStatistics
-from ._session import AmplifierSession, SessionState, SessionStatus
 from ._sources import GitSource, fetch_git_source
 from ._tracing import (
     ToolCallContext,
@@ -32,14 +34,8 @@ from ._tracing import (
     trace_scope,
 )
 from ._turns import PendingApproval, TurnResult, TurnStatus
-from ._validation import PlanReport, validate_plan
 
 __all__ = (
-    "AmplifierSession",
-    "SessionState",
-    "SessionStatus",
-    "TurnEventStream",
-    "Event",
     "TurnResult",
     "TurnStatus",
     "PendingApproval",
@@ -50,11 +46,6 @@ __all__ = (
     "ProvidersPolicy",
     "FAILOVER_CONDITIONS",
     "expand_variables",
-    "resolve_plan_file",
-    "resolve_plan_dict",
-    "ResolvedPlan",
-    "validate_plan",
-    "PlanReport",
     "ModuleLoader",
     "ENTRY_POINT_GROUP",
     "package_name",
@@ -91,3 +82,35 @@ __all__ = (
     "turn_scope",
     "tool_call_scope",
 )
+
+_MOVED_TO_SESSION = frozenset(
+    {
+        "AmplifierSession",
+        "SessionState",
+        "SessionStatus",
+        "TurnEventStream",
+        "Event",
+        "resolve_plan_file",
+        "resolve_plan_dict",
+        "ResolvedPlan",
+        "validate_plan",
+        "PlanReport",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    """The names that moved to `amplifier_anyio.session`, with a DeprecationWarning."""
+    if name in _MOVED_TO_SESSION:
+        import importlib  # noqa: PLC0415 - only for a deprecated name
+        import warnings  # noqa: PLC0415
+
+        warnings.warn(
+            f"amplifier_anyio.kernel.{name} moved to amplifier_anyio.session.{name}; "
+            "the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module("amplifier_anyio.session"), name)
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

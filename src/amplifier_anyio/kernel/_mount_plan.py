@@ -22,7 +22,7 @@ aside) are replaced from the environment when the plan is parsed; an unset varia
 without a default is an error naming the field. ``instruction:`` is the session's system
 instruction. Upstream bundles and profiles (``includes:``, ``agents: {include: …}``,
 ``profile: {extends: …}``, ``.md`` files) are resolved into this shape by
-``kernel/_bundles.py`` before they are parsed here.
+``session/_bundles.py`` before they are parsed here.
 
 Every error is one line naming the field: ``providers[0].module: required``.
 """
@@ -396,7 +396,7 @@ class MountPlan:
     """The plan's ``agents`` as written (a table, ``all``, a list): not interpreted."""
     includes: tuple[Any, ...] = ()
     """The plan's ``includes`` entries, not resolved yet: a session or ``validate``
-    resolves them (``kernel/_bundles.py``); a plan read from a file has none left."""
+    resolves them (``session/_bundles.py``); a plan read from a file has none left."""
     instruction: str | None = None
     """The system instruction (an upstream ``.md`` bundle's body, its context files
     after it): a session starts its history with it, unless the history has a system
@@ -479,14 +479,14 @@ class MountPlan:
         Every problem with the file or its content is a ConfigError naming the file. An
         upstream bundle or profile (a ``.md`` file, ``includes``…) needs its references
         resolved: ``AmplifierSession(path)`` and ``validate`` do it, or
-        ``kernel._bundles.resolve_plan_file``; here its ``includes`` stay unresolved.
+        ``session._bundles.resolve_plan_file``; here its ``includes`` stay unresolved.
         """
         path = Path(path)
         suffix = path.suffix.lower()
         if suffix == ".md":
             msg = (
                 f"{path}: an upstream bundle or profile: open it with AmplifierSession(path) "
-                "or resolve it with kernel._bundles.resolve_plan_file"
+                "or resolve it with session._bundles.resolve_plan_file"
             )
             raise ConfigError(msg)
         if suffix not in (".yaml", ".yml", ".toml"):

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import sniffio
 
-from amplifier_anyio.kernel import AmplifierSession, MountPlan, TurnStatus
+from amplifier_anyio.kernel import MountPlan, TurnStatus
+from amplifier_anyio.session import AmplifierSession
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

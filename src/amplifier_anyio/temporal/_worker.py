@@ -184,7 +184,7 @@ class SessionWorker:
 
 
 async def _mount(stack: AsyncExitStack, plan: MountPlan) -> Mounted:
-    from ..kernel._session import AmplifierSession  # noqa: PLC0415 - the kernel's heavy part
+    from ..session._session import AmplifierSession  # noqa: PLC0415 - the kernel's heavy part
 
     session = AmplifierSession(plan)
     await stack.enter_async_context(session)

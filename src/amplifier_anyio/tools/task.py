@@ -38,7 +38,7 @@ import anyio
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError
 from ..events import TASK_AGENT_COMPLETED, TASK_AGENT_RESUMED, TASK_AGENT_SPAWNED
-from ..kernel._agents import agent_of_child_id
+from ..kernel._ids import agent_of_child_id
 from ..kernel._tracing import current_tool_call
 from ..models import ToolResult
 from ..runtime._progress import NO_PROGRESS_FINISH_REASON

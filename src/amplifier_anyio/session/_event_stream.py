@@ -23,11 +23,11 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..events import ALL_EVENTS
-from ._handle import TurnHandle
-from ._turns import TurnResult
+from ..kernel._handle import TurnHandle
+from ..kernel._turns import TurnResult
 
 if TYPE_CHECKING:
-    from ._coordinator import ModuleCoordinator
+    from ..kernel._coordinator import ModuleCoordinator
 
 
 class _Host(Protocol):

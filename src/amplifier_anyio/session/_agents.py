@@ -54,15 +54,15 @@ import attrs
 
 from ..errors import ConfigError, DelegationError
 from ..events import SESSION_FORK
+from ..kernel._budget import Budget
+from ..kernel._handle import current_turn
+from ..kernel._mount_plan import MountPlan
+from ..kernel._tracing import current_tool_call
 from ..models import unstructure
-from ._budget import Budget
-from ._handle import current_turn
-from ._mount_plan import MountPlan
-from ._tracing import current_tool_call
 
 if TYPE_CHECKING:
-    from ._handle import TurnHandle
-    from ._turns import TurnResult
+    from ..kernel._handle import TurnHandle
+    from ..kernel._turns import TurnResult
 
 __all__ = (
     "SessionLimits",
@@ -113,17 +113,6 @@ _OWN_TABLES = ("session", "orchestrator", "context")  # a child's copies (small,
 _PERSISTENT = "context-persistent"
 _MESSAGES_FILE = "context-messages.jsonl"  # context-persistent's name inside a session dir
 _SPAN = re.compile(r"^[0-9a-f]{16}_(.+)$")
-_LAST_SPAN = re.compile(r".*-[0-9a-f]{16}_(.+)$", re.DOTALL)
-
-
-def agent_of_child_id(child_id: str) -> str | None:
-    """The agent a child id ``{parent}-{span}_{agent}`` names, whole (``code_reviewer``,
-    never ``reviewer``; a grandchild's own agent, not its parent's); None for an id of
-    another shape."""
-    match = _LAST_SPAN.match(child_id)
-    return match.group(1) if match is not None else None
-
-
 ChildSetup = Callable[[Any], Awaitable[None] | None]
 """A host's callback for each child session, once it is opened and before its turn
 (``session.child_setup``): mount in-process modules, register hooks on its events."""

@@ -19,12 +19,12 @@ import attrs
 
 from ..config_schema import schema_of
 from ..errors import ConfigError, describe
+from ..kernel._coordinator import ModuleCoordinator
+from ..kernel._foreign import module_scope
+from ..kernel._loader import ModuleLoader
+from ..kernel._mount_plan import ModuleSpec, MountPlan
 from ._agents import SessionLimits, agent_problems, agents_of, merge_overlay
 from ._bundles import resolve_plan
-from ._coordinator import ModuleCoordinator
-from ._foreign import module_scope
-from ._loader import ModuleLoader
-from ._mount_plan import ModuleSpec, MountPlan
 
 __all__ = ("PlanReport", "validate_plan", "schema_problems", "module_line")
 
@@ -94,7 +94,7 @@ async def validate_plan(
     Unknown config keys are errors when ``strict``, warnings otherwise; a module that
     declares no schema is a warning in strict mode (its keys cannot be checked). A plan
     that cannot be parsed is one error. An upstream bundle or profile is resolved first
-    (``kernel/_bundles.py``): what it resolved to is in ``resolved``, a reference that
+    (``session/_bundles.py``): what it resolved to is in ``resolved``, a reference that
     cannot be resolved is a warning (an error when ``strict``).
     """
     findings = _Findings()

@@ -67,16 +67,16 @@ from ..events import (
     SESSION_START,
 )
 from ..interfaces import ApprovalSystem, DisplaySystem
+from ..kernel._coordinator import ModuleCoordinator
+from ..kernel._foreign import module_scope, watch_provider_calls
+from ..kernel._handle import TurnHandle
+from ..kernel._loader import ModuleLoader
+from ..kernel._mount_plan import ModuleSpec, MountPlan
+from ..kernel._services import ServiceGroup
+from ..kernel._turns import TurnResult, TurnStatus
 from ._agents import ROOT_LANE, ChildSetup, Delegation, SessionLimits, agents_of
 from ._bundles import plan_of, resolve_plan
-from ._coordinator import ModuleCoordinator
 from ._event_stream import TurnEventStream
-from ._foreign import module_scope, watch_provider_calls
-from ._handle import TurnHandle
-from ._loader import ModuleLoader
-from ._mount_plan import ModuleSpec, MountPlan
-from ._services import ServiceGroup
-from ._turns import TurnResult, TurnStatus
 from ._validation import schema_problems
 
 __all__ = ("AmplifierSession", "SessionState", "SessionStatus", "TurnResult", "TurnStatus")
@@ -163,7 +163,7 @@ class AmplifierSession:
         """Where this session's calls go in a cassette (``docs/testing.md``): ``root`` for a
         top-level session; a sub-agent's session is given its agent path (``root/<agent>``,
         ``root/<agent>@<call id>`` when one batch starts that agent twice) by the spawner
-        (kernel/_agents), before it opens."""
+        (session/_agents), before it opens."""
         self.is_resumed = is_resumed
         self.coordinator = ModuleCoordinator(self, approval_system, display_system)
         self.coordinator.hooks.set_default_fields(session_id=self.session_id, parent_id=parent_id)
@@ -179,7 +179,7 @@ class AmplifierSession:
         self._task_group: TaskGroup | None = None
         self._services: ServiceGroup | None = None
         self._ready_hooks: list[tuple[str, Any]] = []
-        # -- sub-agents (§14, kernel/_agents.py) --
+        # -- sub-agents (§14, session/_agents.py) --
         self.depth = 0
         """How many delegations below the root session this one is."""
         self.agent_name: str | None = None
@@ -270,7 +270,7 @@ class AmplifierSession:
         plan = self.plan
         source = plan if plan is not None else self._plan_path
         assert source is not None
-        # A file, or upstream's includes / agents / profile features (kernel/_bundles).
+        # A file, or upstream's includes / agents / profile features (session/_bundles).
         resolved = await resolve_plan(source, strict=self.strict)
         if resolved is not None:
             for warning in resolved.warnings:

@@ -44,8 +44,8 @@ import anyio
 import attrs
 
 from ..errors import AmplifierError, ConfigError, ModuleLoadError, describe
-from ._mount_plan import MountPlan, parse_document
-from ._sources import GitSource, fetch_git_source, is_git_source
+from ..kernel._mount_plan import MountPlan, parse_document
+from ..kernel._sources import GitSource, fetch_git_source, is_git_source
 
 __all__ = (
     "ResolvedPlan",
