@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmarks import extension
+from benchmarks.targets import TARGETS, evaluate_targets
 from rich.console import Console
 from typer.testing import CliRunner
 
 from amplifier_anyio.bench import (
     SCHEMA,
-    TARGETS,
     BenchConfig,
     FanoutTurn,
     conversation,
-    evaluate_targets,
     render_tables,
     run_benchmarks,
     taskgroup_floor,
@@ -50,11 +50,14 @@ TINY = BenchConfig(
 )
 INSTALLED = [name for name in BACKENDS if backend_problem(name) is None]
 
+CHECKOUT = extension()
+"""The checkout's suites, tables and targets (``python -m benchmarks``)."""
+
 
 # A measured run takes many seconds: the tests of one are in the full tier (marked slow).
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
-    return run_benchmarks(TINY)
+    return run_benchmarks(TINY, extension=CHECKOUT)
 
 
 def _numbers(value: Any) -> list[float]:
@@ -248,7 +251,7 @@ class TestOutput:
     def render(report: dict[str, Any], width: int, *, terminal: bool = True) -> list[str]:
         console = Console(width=width, force_terminal=terminal, record=True, color_system=None)
         with console.capture() as capture:
-            render_tables(report, console)
+            render_tables(report, console, extension=CHECKOUT)
         return capture.get().splitlines()
 
     @pytest.mark.slow
@@ -337,7 +340,7 @@ def test_run_wide_targets_read_the_history_and_startup_suites() -> None:
 def markdown_rows(report: dict[str, Any]) -> list[str]:
     console = Console(width=80, force_terminal=False, record=True, color_system=None)
     with console.capture() as capture:
-        render_tables(report, console)
+        render_tables(report, console, extension=CHECKOUT)
     return [line for line in capture.get().splitlines() if line.startswith("|")]
 
 

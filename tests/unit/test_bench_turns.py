@@ -8,12 +8,16 @@ from __future__ import annotations
 import math
 
 import pytest
+from benchmarks import extension
+from benchmarks.turns import turn_case
 from rich.console import Console
 
 from amplifier_anyio.bench import BenchConfig, render_tables, run_benchmarks
-from amplifier_anyio.bench.turns import turn_case
 
 pytestmark = pytest.mark.anyio
+
+CHECKOUT = extension()
+"""The checkout's suites, tables and targets (``python -m benchmarks``)."""
 
 
 @pytest.mark.slow
@@ -37,5 +41,5 @@ def test_the_suite_runs_only_when_named_and_prints_its_table() -> None:
     (case,) = report["turn"]
     assert case["backend"] == "asyncio"
     console = Console(record=True, width=200)
-    render_tables(report, console, markdown=True)
+    render_tables(report, console, markdown=True, extension=CHECKOUT)
     assert "One-tool turn" in console.export_text()

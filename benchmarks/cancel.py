@@ -28,12 +28,11 @@ from typing import Any
 
 import anyio
 
-from ..kernel._session import AmplifierSession
-from ..kernel._turns import TurnStatus
-from ..models import ChatRequest, ChatResponse, TextBlock, ToolResult
-from ..providers.scripted import ScriptedProvider
-from .timing import Timing, ratio
-from .workloads import tool_calls
+from amplifier_anyio import AmplifierSession, TurnStatus
+from amplifier_anyio.bench.timing import Timing, ratio
+from amplifier_anyio.bench.workloads import tool_calls
+from amplifier_anyio.models import ChatRequest, ChatResponse, TextBlock, ToolResult
+from amplifier_anyio.providers.scripted import ScriptedProvider
 
 __all__ = ("cancel_case", "HOUR")
 
