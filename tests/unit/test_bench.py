@@ -6,10 +6,14 @@ report and the work each timed turn does are.
 
 from __future__ import annotations
 
+import ast
 import copy
+import io
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +23,17 @@ from benchmarks.targets import TARGETS, evaluate_targets
 from rich.console import Console
 from typer.testing import CliRunner
 
+from amplifier_anyio import bench as bench_package
 from amplifier_anyio.bench import (
     SCHEMA,
     BenchConfig,
     FanoutTurn,
+    checkout_extension,
     conversation,
+    make_config,
     render_tables,
     run_benchmarks,
+    run_command,
     taskgroup_floor,
     write_json,
 )
@@ -404,3 +412,71 @@ def test_bench_warns_on_stderr_when_the_machine_was_busy(monkeypatch: pytest.Mon
     assert result.exit_code == 0, result.output
     expected = f"warning: the machine was busy during the run (load {cores + 1.5:.1f} on {cores}"
     assert [line for line in result.stderr.splitlines() if line.startswith(expected)]
+
+
+# -- the wheel's part and the checkout's ------------------------------------------------------
+
+
+def test_the_wheels_bench_imports_neither_asyncio_nor_trio_nor_the_checkout() -> None:
+    """What ships is the fan-out runner: anyio only, about 1.5k lines, no ``benchmarks``."""
+    folder = Path(bench_package.__file__).parent
+    lines = 0
+    for path in sorted(folder.glob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        lines += len(source.splitlines())
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in {"asyncio", "trio", "benchmarks"}, (path, name)
+    assert lines <= 1_600
+
+
+@pytest.mark.parametrize("suite", ["sessions", "peers", "history"])
+def test_a_checkout_suite_without_the_checkout_names_python_m_benchmarks(suite: str) -> None:
+    with pytest.raises(ConfigError, match=rf"python -m benchmarks --suite {suite}"):
+        make_config(suites=["fanout", suite])
+    assert suite in make_config(suites=[suite], extension=CHECKOUT).suites
+
+
+def test_a_plot_without_the_checkout_is_refused_before_measuring(tmp_path: Path) -> None:
+    console = Console(file=io.StringIO())
+    config = make_config(suites=["fanout"], sizes=[1], repeats=1)
+    with pytest.raises(ConfigError, match=r"--plot .*python -m benchmarks --plot FILE"):
+        run_command(config, out=console, err=console, plot_path=tmp_path / "plot.png")
+    assert console.file.getvalue() == ""  # type: ignore[attr-defined]
+
+
+def test_this_checkout_is_found_by_the_wheels_command() -> None:
+    found = checkout_extension()
+    assert found is not None
+    assert set(found.suites) == {"executors", "history", "startup", "peers", "turn"} | {
+        "sessions",
+        "cancel",
+    }
+
+
+def test_python_m_benchmarks_is_the_bench_command() -> None:
+    root = Path(bench_package.__file__).parents[3]
+    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(root / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    ours = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--help"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    cli = CliRunner().invoke(app, ["bench", "--help"], prog_name="python -m benchmarks", env=env)
+    assert "Usage: python -m benchmarks [OPTIONS]" in ours
+    assert (
+        ours.split()
+        == cli.output.replace("python -m benchmarks bench", "python -m benchmarks").split()
+    )
