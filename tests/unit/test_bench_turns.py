@@ -33,10 +33,14 @@ async def test_a_turn_case_times_both_variants_per_turn() -> None:
 
 @pytest.mark.slow
 def test_the_suite_runs_only_when_named_and_prints_its_table() -> None:
-    quiet = run_benchmarks(BenchConfig(suites=("emit",), backends=("asyncio",), repeats=1))
+    quiet = run_benchmarks(
+        BenchConfig(suites=("emit",), backends=("asyncio",), repeats=1), extension=CHECKOUT
+    )
     assert quiet["turn"] == []
 
-    report = run_benchmarks(BenchConfig(suites=("turn",), backends=("asyncio",), repeats=1))
+    report = run_benchmarks(
+        BenchConfig(suites=("turn",), backends=("asyncio",), repeats=1), extension=CHECKOUT
+    )
 
     (case,) = report["turn"]
     assert case["backend"] == "asyncio"
