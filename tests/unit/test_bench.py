@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -480,3 +481,41 @@ def test_python_m_benchmarks_is_the_bench_command() -> None:
         ours.split()
         == cli.output.replace("python -m benchmarks bench", "python -m benchmarks").split()
     )
+
+
+def _outside_a_checkout(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``amplifier-anyio bench ARGS`` with the package as a wheel installs it (no
+    ``benchmarks/`` beside it)."""
+    site = tmp_path / "site-packages"
+    if not site.exists():
+        shutil.copytree(Path(bench_package.__file__).parents[1], site / "amplifier_anyio")
+    return subprocess.run(
+        [sys.executable, "-c", "from amplifier_anyio.cli import main; main()", "bench", *args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(site), "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_outside_a_checkout_the_checkouts_options_are_one_line_each(tmp_path: Path) -> None:
+    refused = _outside_a_checkout(tmp_path, "--suite", "sessions")
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "error: --suite sessions: the checkout's benchmarks package: run "
+        "`python -m benchmarks --suite sessions` in a checkout\n"
+    )
+    plot = _outside_a_checkout(tmp_path, "--plot", str(tmp_path / "plot.png"))
+    assert plot.returncode == 2
+    assert "python -m benchmarks --plot FILE" in plot.stderr
+
+
+@pytest.mark.slow  # a measured run
+def test_outside_a_checkout_the_wheels_suites_run(tmp_path: Path) -> None:
+    args = ["--suite", "emit", "--backend", "asyncio", "--repeats", "1", "--markdown"]
+    ran = _outside_a_checkout(tmp_path, *args)
+    assert ran.returncode == 0, ran.stderr
+    assert "HookRegistry.emit" in ran.stdout
+    assert "Targets" not in ran.stdout
