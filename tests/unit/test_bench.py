@@ -6,26 +6,35 @@ report and the work each timed turn does are.
 
 from __future__ import annotations
 
+import ast
 import copy
+import io
 import json
 import math
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmarks import extension
+from benchmarks.targets import TARGETS, evaluate_targets
 from rich.console import Console
 from typer.testing import CliRunner
 
+from amplifier_anyio import bench as bench_package
 from amplifier_anyio.bench import (
     SCHEMA,
-    TARGETS,
     BenchConfig,
     FanoutTurn,
+    checkout_extension,
     conversation,
-    evaluate_targets,
+    make_config,
     render_tables,
     run_benchmarks,
+    run_command,
     taskgroup_floor,
     write_json,
 )
@@ -50,11 +59,14 @@ TINY = BenchConfig(
 )
 INSTALLED = [name for name in BACKENDS if backend_problem(name) is None]
 
+CHECKOUT = extension()
+"""The checkout's suites, tables and targets (``python -m benchmarks``)."""
+
 
 # A measured run takes many seconds: the tests of one are in the full tier (marked slow).
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
-    return run_benchmarks(TINY)
+    return run_benchmarks(TINY, extension=CHECKOUT)
 
 
 def _numbers(value: Any) -> list[float]:
@@ -248,7 +260,7 @@ class TestOutput:
     def render(report: dict[str, Any], width: int, *, terminal: bool = True) -> list[str]:
         console = Console(width=width, force_terminal=terminal, record=True, color_system=None)
         with console.capture() as capture:
-            render_tables(report, console)
+            render_tables(report, console, extension=CHECKOUT)
         return capture.get().splitlines()
 
     @pytest.mark.slow
@@ -337,7 +349,7 @@ def test_run_wide_targets_read_the_history_and_startup_suites() -> None:
 def markdown_rows(report: dict[str, Any]) -> list[str]:
     console = Console(width=80, force_terminal=False, record=True, color_system=None)
     with console.capture() as capture:
-        render_tables(report, console)
+        render_tables(report, console, extension=CHECKOUT)
     return [line for line in capture.get().splitlines() if line.startswith("|")]
 
 
@@ -401,3 +413,109 @@ def test_bench_warns_on_stderr_when_the_machine_was_busy(monkeypatch: pytest.Mon
     assert result.exit_code == 0, result.output
     expected = f"warning: the machine was busy during the run (load {cores + 1.5:.1f} on {cores}"
     assert [line for line in result.stderr.splitlines() if line.startswith(expected)]
+
+
+# -- the wheel's part and the checkout's ------------------------------------------------------
+
+
+def test_the_wheels_bench_imports_neither_asyncio_nor_trio_nor_the_checkout() -> None:
+    """What ships is the fan-out runner: anyio only, about 1.5k lines, no ``benchmarks``."""
+    folder = Path(bench_package.__file__).parent
+    lines = 0
+    for path in sorted(folder.glob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        lines += len(source.splitlines())
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in {"asyncio", "trio", "benchmarks"}, (path, name)
+    assert lines <= 1_600
+
+
+@pytest.mark.parametrize("suite", ["sessions", "peers", "history"])
+def test_a_checkout_suite_without_the_checkout_names_python_m_benchmarks(suite: str) -> None:
+    with pytest.raises(ConfigError, match=rf"python -m benchmarks --suite {suite}"):
+        make_config(suites=["fanout", suite])
+    assert suite in make_config(suites=[suite], extension=CHECKOUT).suites
+
+
+def test_a_plot_without_the_checkout_is_refused_before_measuring(tmp_path: Path) -> None:
+    console = Console(file=io.StringIO())
+    config = make_config(suites=["fanout"], sizes=[1], repeats=1)
+    with pytest.raises(ConfigError, match=r"--plot .*python -m benchmarks --plot FILE"):
+        run_command(config, out=console, err=console, plot_path=tmp_path / "plot.png")
+    assert console.file.getvalue() == ""  # type: ignore[attr-defined]
+
+
+def test_this_checkout_is_found_by_the_wheels_command() -> None:
+    found = checkout_extension()
+    assert found is not None
+    assert set(found.suites) == {"executors", "history", "startup", "peers", "turn"} | {
+        "sessions",
+        "cancel",
+    }
+
+
+def test_python_m_benchmarks_is_the_bench_command() -> None:
+    root = Path(bench_package.__file__).parents[3]
+    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(root / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    ours = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--help"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    cli = CliRunner().invoke(app, ["bench", "--help"], prog_name="python -m benchmarks", env=env)
+    assert "Usage: python -m benchmarks [OPTIONS]" in ours
+    assert (
+        ours.split()
+        == cli.output.replace("python -m benchmarks bench", "python -m benchmarks").split()
+    )
+
+
+def _outside_a_checkout(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``amplifier-anyio bench ARGS`` with the package as a wheel installs it (no
+    ``benchmarks/`` beside it)."""
+    site = tmp_path / "site-packages"
+    if not site.exists():
+        shutil.copytree(Path(bench_package.__file__).parents[1], site / "amplifier_anyio")
+    return subprocess.run(
+        [sys.executable, "-c", "from amplifier_anyio.cli import main; main()", "bench", *args],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(site), "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_outside_a_checkout_the_checkouts_options_are_one_line_each(tmp_path: Path) -> None:
+    refused = _outside_a_checkout(tmp_path, "--suite", "sessions")
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "error: --suite sessions: the checkout's benchmarks package: run "
+        "`python -m benchmarks --suite sessions` in a checkout\n"
+    )
+    plot = _outside_a_checkout(tmp_path, "--plot", str(tmp_path / "plot.png"))
+    assert plot.returncode == 2
+    assert "python -m benchmarks --plot FILE" in plot.stderr
+
+
+@pytest.mark.slow  # a measured run
+def test_outside_a_checkout_the_wheels_suites_run(tmp_path: Path) -> None:
+    args = ["--suite", "emit", "--backend", "asyncio", "--repeats", "1", "--markdown"]
+    ran = _outside_a_checkout(tmp_path, *args)
+    assert ran.returncode == 0, ran.stderr
+    assert "HookRegistry.emit" in ran.stdout
+    assert "Targets" not in ran.stdout

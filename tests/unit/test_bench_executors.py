@@ -5,13 +5,17 @@ from __future__ import annotations
 import io
 
 import pytest
+from benchmarks import extension
+from benchmarks.executors import EXECUTOR_CASES, executors_suite
 from rich.console import Console
 
 from amplifier_anyio.bench import BenchConfig
-from amplifier_anyio.bench.executors import EXECUTOR_CASES, executors_suite
 from amplifier_anyio.bench.report import render_tables
 from amplifier_anyio.errors import ConfigError
 from tiers import needs
+
+CHECKOUT = extension()
+"""The checkout's suites, tables and targets (``python -m benchmarks``)."""
 
 
 @needs("distributed")
@@ -36,7 +40,7 @@ def test_every_executor_runs_the_turn_and_is_reported() -> None:
         "targets": [],
         "skipped_backends": {},
     }
-    render_tables(report, Console(file=out, width=200), markdown=True)
+    render_tables(report, Console(file=out, width=200), markdown=True, extension=CHECKOUT)
     table = out.getvalue()
     assert "Executors: N CPU-bound calls" in table
     for name in EXECUTOR_CASES:

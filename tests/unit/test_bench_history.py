@@ -9,15 +9,19 @@ from io import StringIO
 from typing import Any
 
 import pytest
+from benchmarks import extension
+from benchmarks.history import history_suite, request_cost, startup_suite
 from rich.console import Console
 
 from amplifier_anyio.bench import BenchConfig, conversation, render_tables
-from amplifier_anyio.bench.history import history_suite, request_cost, startup_suite
 from amplifier_anyio.bench.suites import count_steps
 from amplifier_anyio.contexts import SimpleContextManager
 from amplifier_anyio.errors import ConfigError
 
 pytestmark = pytest.mark.anyio
+
+CHECKOUT = extension()
+"""The checkout's suites, tables and targets (``python -m benchmarks``)."""
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +67,7 @@ def test_the_agent_run_does_every_round(history: dict[str, Any]) -> None:
     ]
     assert all(r["total_s"] > 0 for r in history["runs"])
     assert len(history["steps"]) == count_steps(
-        BenchConfig(suites=("history",), history_sizes=(20, 200)), backends=0
+        BenchConfig(suites=("history",), history_sizes=(20, 200)), backends=0, extension=CHECKOUT
     )
 
 
@@ -94,7 +98,7 @@ def test_history_tables_are_rendered(history: dict[str, Any]) -> None:
         "skipped_backends": {},
     }
     buffer = StringIO()
-    render_tables(report, Console(file=buffer, width=80), markdown=True)
+    render_tables(report, Console(file=buffer, width=80), markdown=True, extension=CHECKOUT)
     text = buffer.getvalue()
     assert "One provider request" in text
     assert "| persistent" in text

@@ -16,10 +16,8 @@ from typing import Any
 
 import anyio
 import pytest
-from rich.console import Console
-
-from amplifier_anyio.bench import BenchConfig, render_tables, run_benchmarks
-from amplifier_anyio.bench.peers import (
+from benchmarks import extension
+from benchmarks.peers import (
     LOOP_BASIC_PATH_ENV,
     PEERS,
     Peer,
@@ -27,6 +25,9 @@ from amplifier_anyio.bench.peers import (
     peer_problem,
     skipped_peers,
 )
+from rich.console import Console
+
+from amplifier_anyio.bench import BenchConfig, render_tables, run_benchmarks
 from tiers import needs
 
 N = 10
@@ -34,6 +35,9 @@ N = 10
 # The library peers; the upstream rows need a checkout and are tested against a stand-in
 # (test_upstream_loop_basic_turn_from_a_checkout).
 LIBRARIES = [peer for peer in PEERS if not peer.name.startswith("upstream-loop-basic")]
+
+CHECKOUT = extension()
+"""The checkout's suites, tables and targets (``python -m benchmarks``)."""
 
 
 async def _run(turn: Any) -> None:
@@ -185,7 +189,7 @@ def test_peer_rows_sit_in_the_fanout_cases_of_a_run() -> None:
         repeats=1,
         memory=False,
     )
-    report = run_benchmarks(config)
+    report = run_benchmarks(config, extension=CHECKOUT)
     by_key = {(c["backend"], c["hooks"]): c for c in report["fanout"]}
     assert sorted(by_key) == [("asyncio", 0), ("asyncio", 1), ("trio", 0), ("trio", 1)]
     peers = by_key["asyncio", 0]["peers"]
@@ -199,7 +203,7 @@ def test_peer_rows_sit_in_the_fanout_cases_of_a_run() -> None:
     assert report["skipped_peers"] == skipped_peers(on_trio=True)
     assert all("asyncio only" in report["skipped_peers"][name] for name in installed)
     console = Console(width=200, record=True, force_terminal=False)
-    render_tables(report, console, markdown=True)
+    render_tables(report, console, markdown=True, extension=CHECKOUT)
     text = console.export_text()
     assert "Fan-out against peers" in text
     for name in installed:

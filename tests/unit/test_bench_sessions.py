@@ -11,11 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from rich.console import Console
-
-from amplifier_anyio.bench import BenchConfig, render_tables, run_benchmarks, sessions
-from amplifier_anyio.bench.cancel import cancel_case
-from amplifier_anyio.bench.sessions import (
+from benchmarks import extension, sessions
+from benchmarks.cancel import cancel_case
+from benchmarks.sessions import (
     OPEN_PLANS,
     OPENS_PER_JOB,
     concurrent_sessions_case,
@@ -23,10 +21,16 @@ from amplifier_anyio.bench.sessions import (
     open_close_cases,
     session_path_case,
 )
-from amplifier_anyio.bench.targets import TARGETS
+from benchmarks.targets import TARGETS
+from rich.console import Console
+
+from amplifier_anyio.bench import BenchConfig, render_tables, run_benchmarks
 from amplifier_anyio.errors import ConfigError
 
 pytestmark = pytest.mark.anyio
+
+CHECKOUT = extension()
+"""The checkout's suites, tables and targets (``python -m benchmarks``)."""
 
 
 @pytest.fixture(autouse=True)
@@ -87,7 +91,8 @@ def test_the_suites_run_only_when_named_and_their_targets_are_judged(
 ) -> None:
     monkeypatch.setattr(sessions, "OPENS_PER_JOB", 5)  # the shape, not the timing
     quiet = run_benchmarks(
-        BenchConfig(suites=("emit",), backends=("asyncio",), repeats=1, emit_iterations=100)
+        BenchConfig(suites=("emit",), backends=("asyncio",), repeats=1, emit_iterations=100),
+        extension=CHECKOUT,
     )
     assert quiet["session_open"] == quiet["cancel"] == []
 
@@ -99,7 +104,7 @@ def test_the_suites_run_only_when_named_and_their_targets_are_judged(
         concurrent_sessions=3,
         cancel_sizes=(10,),
     )
-    report = run_benchmarks(config)
+    report = run_benchmarks(config, extension=CHECKOUT)
 
     assert len(report["session_open"]) == len(OPEN_PLANS)
     assert [len(report[key]) for key in ("session_path", "session_concurrent")] == [1, 1]
@@ -113,7 +118,7 @@ def test_the_suites_run_only_when_named_and_their_targets_are_judged(
     # no N >= 10 000 in this run: the cancel targets are not measured
     assert targets["cancel_10000"]["measured"] is None
     console = Console(record=True, width=200)
-    render_tables(report, console, markdown=True)
+    render_tables(report, console, markdown=True, extension=CHECKOUT)
     text = console.export_text()
     for title in ("Session open + close", "Fan-out through a session", "Sessions at once"):
         assert title in text

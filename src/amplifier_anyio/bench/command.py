@@ -11,19 +11,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import ConfigError
-from .config import BenchConfig, backend_problem
-from .report import (
-    busy_warning,
-    plot_format_problem,
-    plotting_problem,
-    render_tables,
-    write_json,
-    write_plot,
-)
+from .config import ALL_SUITES, SUITES, BenchConfig, backend_problem
+from .extension import Extension
+from .report import busy_warning, render_tables, write_json
 from .runner import run_benchmarks, runnable_backends
 from .suites import count_steps
 
 __all__ = ("make_config", "run_command")
+
+CHECKOUT = "the checkout's benchmarks package: run `python -m benchmarks {option}` in a checkout"
+"""Why an option is refused by a wheel without the checkout's ``benchmarks``."""
 
 
 def make_config(
@@ -33,11 +30,12 @@ def make_config(
     suites: Sequence[str] | None = None,
     sizes: Sequence[int] | None = None,
     repeats: int | None = None,
+    extension: Extension | None = None,
 ) -> BenchConfig:
     """The run's config: the full or quick preset with the user's choices on top.
 
     A backend asked for by name must be installed; by default the missing ones are
-    skipped (and named in the report).
+    skipped (and named in the report). A suite beyond the wheel's needs the ``extension``.
     """
     changes: dict[str, Any] = {}
     if backends:
@@ -48,6 +46,10 @@ def make_config(
         changes["backends"] = tuple(backends)
     if suites:
         changes["suites"] = tuple(suites)
+        extra = extension.suites if extension is not None else ()
+        for name in suites:
+            if name in ALL_SUITES and name not in SUITES and name not in extra:
+                raise ConfigError(f"--suite {name}: " + CHECKOUT.format(option=f"--suite {name}"))
     if sizes:
         changes["sizes"] = tuple(sizes)
     if repeats is not None:
@@ -63,23 +65,53 @@ def run_command(
     json_path: Path | None = None,
     plot_path: Path | None = None,
     markdown: bool = False,
+    extension: Extension | None = None,
 ) -> dict[str, Any]:
     """Run with a progress bar on ``err``, print the tables on ``out``, write the files.
 
     The output files are checked before minutes of measuring, not after: a missing folder
-    is created; a path that cannot be written is a ConfigError naming the option.
+    is created; a path that cannot be written is a ConfigError naming the option. The
+    ``extension`` (a checkout's ``benchmarks``) adds its suites, tables and the plot.
     """
+    _check_outputs(config, json_path, plot_path, extension)
+    report = _measure(config, err, extension)
+    if markdown and not out.is_terminal:
+        # Markdown goes to files and pages: never squeeze columns to a terminal width.
+        out = Console(file=out.file, width=240)
+    if (warning := busy_warning(report)) is not None:
+        err.print(warning, markup=False, highlight=False, soft_wrap=True)
+    render_tables(report, out, markdown=markdown, extension=extension)
+    if json_path is not None:
+        _write("--json", json_path, write_json, report)
+        err.print(f"wrote {json_path}", highlight=False)
+    if plot_path is not None and extension is not None:
+        _write("--plot", plot_path, extension.write_plot, report)
+        err.print(f"wrote {plot_path}", highlight=False)
+    return report
+
+
+def _check_outputs(
+    config: BenchConfig,
+    json_path: Path | None,
+    plot_path: Path | None,
+    extension: Extension | None,
+) -> None:
+    """Refuse, before measuring, an output the run could not write or draw."""
     if plot_path is not None:
-        if (problem := plotting_problem()) is not None:
+        if extension is None:
+            raise ConfigError(f"--plot {plot_path}: " + CHECKOUT.format(option="--plot FILE"))
+        if (problem := extension.plot_problem(plot_path)) is not None:
             raise ConfigError(problem)
-        if (problem := plot_format_problem(plot_path)) is not None:
-            raise ConfigError(f"--plot {plot_path}: {problem}")
         _check_writable("--plot", plot_path)
         if "fanout" not in config.suites:
             msg = f"--plot {plot_path}: the plot shows the fanout suite; add --suite fanout"
             raise ConfigError(msg)
     if json_path is not None:
         _check_writable("--json", json_path)
+
+
+def _measure(config: BenchConfig, err: Console, extension: Extension | None) -> dict[str, Any]:
+    """`run_benchmarks` with its progress on ``err``: a bar on a terminal, lines in a log."""
     backends, _ = runnable_backends(config)
     progress = Progress(
         TextColumn("{task.description}"),
@@ -90,7 +122,7 @@ def run_command(
         auto_refresh=False,  # no refresh thread competing with the timed runs
         transient=True,
     )
-    total = count_steps(config, len(backends))
+    total = count_steps(config, len(backends), extension)
     log = _ProgressLog(err, total) if not err.is_terminal else None
     with progress:
         task = progress.add_task("benchmarking", total=total)
@@ -102,20 +134,7 @@ def run_command(
                 log.step(description)
 
         progress.refresh()
-        report = run_benchmarks(config, step)
-    if markdown and not out.is_terminal:
-        # Markdown goes to files and pages: never squeeze columns to a terminal width.
-        out = Console(file=out.file, width=240)
-    if (warning := busy_warning(report)) is not None:
-        err.print(warning, markup=False, highlight=False, soft_wrap=True)
-    render_tables(report, out, markdown=markdown)
-    if json_path is not None:
-        _write("--json", json_path, write_json, report)
-        err.print(f"wrote {json_path}", highlight=False)
-    if plot_path is not None:
-        _write("--plot", plot_path, write_plot, report)
-        err.print(f"wrote {plot_path}", highlight=False)
-    return report
+        return run_benchmarks(config, step, extension)
 
 
 class _ProgressLog:

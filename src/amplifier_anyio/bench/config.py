@@ -41,11 +41,11 @@ ALL_SUITES = (
 """Every suite ``--suite`` accepts; ``executors`` (CPU-bound calls through each executor,
 worker processes and a Dask cluster), ``history`` (request cost against conversation
 length), ``startup`` (import and CLI start-up time), ``peers`` (other agent stacks as
-extra rows of the fan-out cases, asyncio only: ``bench.peers``), ``turn`` (one-tool turns
-through a session and through loop-basic alone: ``bench.turns``), ``sessions`` (open +
+extra rows of the fan-out cases, asyncio only: ``benchmarks.peers``), ``turn`` (one-tool turns
+through a session and through loop-basic alone: ``benchmarks.turns``), ``sessions`` (open +
 close, the fan-out through a session, many sessions at once, an idle session's memory:
-``bench.sessions``) and ``cancel`` (cancel latency with N calls in flight:
-``bench.cancel``) run only when asked for."""
+``benchmarks.sessions``) and ``cancel`` (cancel latency with N calls in flight:
+``benchmarks.cancel``) run only when asked for, from the checkout's ``benchmarks`` package."""
 
 _NEEDS = {"asyncio+uvloop": "uvloop", "trio": "trio"}
 

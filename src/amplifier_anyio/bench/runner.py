@@ -1,4 +1,4 @@
-"""One benchmark run: every backend in turn, then compaction, then the targets."""
+"""One benchmark run: every backend in turn, then compaction, then the extension's suites."""
 
 from __future__ import annotations
 
@@ -8,11 +8,8 @@ import anyio
 
 from .config import BenchConfig, backend_problem, backend_spec
 from .environment import LoadWatch, environment, load_average
-from .executors import executors_suite
-from .history import history_suite, startup_suite
-from .peers import skipped_peers
-from .suites import Step, backend_suite, compaction_suite
-from .targets import evaluate_targets
+from .extension import Extension, Step
+from .suites import backend_suite, compaction_suite
 
 __all__ = ("SCHEMA", "METHOD", "run_benchmarks", "runnable_backends")
 
@@ -25,7 +22,8 @@ METHOD = {
     "tool": "async execute: anyio.sleep(D) then a constant ToolResult (D = 0 still checkpoints)",
     "hooks": "K no-op async handlers on tool:pre and K on tool:post",
     "floor": "a bare anyio task group running the same N sleep_into coroutines into a list",
-    "gather": "asyncio.gather of the same N sleep_into coroutines (asyncio backends only)",
+    "gather": "asyncio.gather of the same N sleep_into coroutines (asyncio backends only;"
+    " from a checkout's benchmarks package)",
     "outside_timing": "script, tool calls, tools, hooks, coordinator, context, provider",
     "gc": "gc.collect() before every timed run of every variant; collector left enabled",
     "order": "variants interleaved per repeat, order rotated each repeat; one warm-up run",
@@ -63,11 +61,14 @@ def _sampling(step: Step, watch: LoadWatch) -> Step:
     return sampled
 
 
-def run_benchmarks(config: BenchConfig, step: Step = _ignore) -> dict[str, Any]:
+def run_benchmarks(
+    config: BenchConfig, step: Step = _ignore, extension: Extension | None = None
+) -> dict[str, Any]:
     """Run every case of ``config`` and return the JSON-ready report.
 
     Must be called outside any event loop: each backend gets its own ``anyio.run``.
     ``machine_busy`` says whether the load average went above the core count meanwhile.
+    The ``extension`` (a checkout's ``benchmarks``) adds its suites, rows and targets.
     """
     backends, skipped = runnable_backends(config)
     watch = LoadWatch()
@@ -83,41 +84,23 @@ def run_benchmarks(config: BenchConfig, step: Step = _ignore) -> dict[str, Any]:
         "fanout": [],
         "emit": [],
         "batch": [],
-        "turn": [],
-        "session_open": [],
-        "session_path": [],
-        "session_concurrent": [],
-        "session_memory": [],
-        "cancel": [],
         "compaction": None,
     }
     for name in backends:
         backend, options = backend_spec(name)
         part = anyio.run(
-            backend_suite, name, config, step, backend=backend, backend_options=options
+            backend_suite, name, config, step, extension, backend=backend, backend_options=options
         )
         for key, cases in part.items():
-            report[key].extend(cases)
-    if "peers" in config.suites:
-        report["skipped_peers"] = skipped_peers(on_trio="trio" in backends)
+            report.setdefault(key, []).extend(cases)
     if "compaction" in config.suites:
         report["compaction"] = compaction_suite(config.compaction_sizes, config.repeats, step)
-    if "executors" in config.suites:
-        report["executors"] = executors_suite(
-            n=config.executor_calls,
-            cost=config.executor_cost,
-            repeats=config.repeats,
-            step=step,
-        )
-    if "history" in config.suites:
-        report["history"] = history_suite(
-            config.history_sizes, config.history_iterations, config.repeats, step
-        )
-    if "startup" in config.suites:
-        report["startup"] = startup_suite(max(config.repeats, 5), step)
+    if extension is not None:
+        extension.finish(report, config, backends, step)
     report["environment"]["load_average_after"] = load_average()
     watch.sample()
     report["environment"]["load_average_peak"] = watch.peak
     report["machine_busy"] = watch.busy()
-    report["targets"] = evaluate_targets(report, backends)
+    if extension is not None:
+        extension.judge(report, backends)
     return report

@@ -18,35 +18,15 @@ import anyio
 from ..contexts import SimpleContextManager, compact
 from ..events import TOOL_PRE
 from ..kernel._hooks import HookRegistry
-from .cancel import cancel_case
 from .config import BenchConfig, backend_spec
-from .peers import peer_turns
-from .sessions import (
-    concurrent_sessions_case,
-    idle_memory_case,
-    open_close_cases,
-    session_path_case,
-)
+from .extension import Extension, Step, Variant
 from .timing import Timing, peak_bytes, ratio, time_variants
-from .turns import turn_case
 from .workloads import FanoutTurn, Job, noop_handler, prepare_batch, prepare_floor
 
 __all__ = ("Step", "backend_suite", "compaction_suite", "conversation", "count_steps")
 
-TURNS_PER_JOB = 200
-"""One-tool turns per timed job of the ``turn`` suite."""
 
-SESSION_STEPS = 4
-"""Cases of the ``sessions`` suite per backend (one step each)."""
-
-SESSION_PATH_DELAY = 0.01
-"""Seconds each call of the sessions suite's fan-out sleeps."""
-
-Step = Callable[[str], None]
-"""Called once when a case is done, with a short description of it."""
-
-
-def count_steps(config: BenchConfig, backends: int) -> int:
+def count_steps(config: BenchConfig, backends: int, extension: Extension | None = None) -> int:
     """How many times a run with ``backends`` runnable backends calls its step callback."""
     per_backend = 0
     if "fanout" in config.suites or "peers" in config.suites:
@@ -55,38 +35,24 @@ def count_steps(config: BenchConfig, backends: int) -> int:
         per_backend += len(config.emit_handlers)
     if "batch" in config.suites:
         per_backend += 1
-    if "turn" in config.suites:
-        per_backend += 1
-    if "sessions" in config.suites:
-        per_backend += SESSION_STEPS
-    if "cancel" in config.suites:
-        per_backend += len(config.cancel_sizes)
     compaction = len(config.compaction_sizes) if "compaction" in config.suites else 0
-    executors = config.repeats if "executors" in config.suites else 0  # one step a repeat
-    # per context (simple, persistent): the sizes twice (compaction off / on), two runs; one load
-    history = 4 * len(config.history_sizes) + 5 if "history" in config.suites else 0
-    startup = 1 if "startup" in config.suites else 0
-    return per_backend * backends + compaction + executors + history + startup
+    extra = extension.count_steps(config, backends) if extension is not None else 0
+    return per_backend * backends + compaction + extra
 
 
 def _ignore(_: str) -> None:
     """A step callback that shows nothing."""
 
 
-async def backend_suite(name: str, config: BenchConfig, step: Step = _ignore) -> dict[str, Any]:
+async def backend_suite(
+    name: str, config: BenchConfig, step: Step = _ignore, extension: Extension | None = None
+) -> dict[str, Any]:
     """Every per-backend case of ``config`` on the running backend (named ``name``)."""
     on_asyncio = backend_spec(name)[0] == "asyncio"
-    await _warm_up(on_asyncio)
+    await _warm_up(on_asyncio, extension)
     results: dict[str, Any] = {"fanout": [], "emit": [], "batch": []}
     if "fanout" in config.suites or "peers" in config.suites:
-        for delay in config.delays:
-            for hooks in config.hook_counts:
-                for n in config.sizes:
-                    case = await _fanout_case(
-                        name, config, n=n, delay=delay, hooks=hooks, on_asyncio=on_asyncio
-                    )
-                    results["fanout"].append(case)
-                    step(f"{name}: fan-out N={n} D={delay * 1000:g}ms K={hooks}")
+        results["fanout"] = await _fanout_cases(name, config, step, extension, on_asyncio)
     if "emit" in config.suites:
         for handlers in config.emit_handlers:
             results["emit"].append(await _emit_case(name, config, handlers))
@@ -95,71 +61,66 @@ async def backend_suite(name: str, config: BenchConfig, step: Step = _ignore) ->
     if "batch" in config.suites:
         results["batch"].append(await _batch_case(name, config))
         step(f"{name}: tool batch N={config.batch_size}")
-    if "turn" in config.suites:
-        results["turn"] = [await turn_case(name, config.repeats, TURNS_PER_JOB)]
-        step(f"{name}: one-tool turns x{TURNS_PER_JOB}")
-    if "sessions" in config.suites:
-        results.update(await _sessions(name, config, step))
-    if "cancel" in config.suites:
-        results["cancel"] = []
-        for n in config.cancel_sizes:
-            results["cancel"].append(await cancel_case(name, config.repeats, n))
-            step(f"{name}: cancel with {n} calls in flight")
+    if extension is not None:
+        results.update(await extension.backend_cases(name, config, step))
     return results
 
 
-async def _sessions(name: str, config: BenchConfig, step: Step) -> dict[str, list[Any]]:
-    """The ``sessions`` suite's four cases on the running backend."""
-    opened = await open_close_cases(name, config.repeats)
-    step(f"{name}: session open + close")
-    n = config.session_path_size
-    path = await session_path_case(name, config.repeats, n, SESSION_PATH_DELAY)
-    step(f"{name}: fan-out N={n} through a session")
-    count = config.concurrent_sessions
-    concurrent = await concurrent_sessions_case(name, config.repeats, count)
-    step(f"{name}: {count} sessions at once")
-    memory = await idle_memory_case(name, count)
-    step(f"{name}: {count} idle sessions")
-    return {
-        "session_open": opened,
-        "session_path": [path],
-        "session_concurrent": [concurrent],
-        "session_memory": [memory],
-    }
+async def _fanout_cases(
+    name: str, config: BenchConfig, step: Step, extension: Extension | None, on_asyncio: bool
+) -> list[dict[str, Any]]:
+    """Every fan-out case (D, then K, then N), each with the extension's rows."""
+    cases = []
+    for delay in config.delays:
+        for hooks in config.hook_counts:
+            for n in config.sizes:
+                extra: dict[str, Variant] = {}
+                if extension is not None:
+                    extra = extension.fanout_variants(
+                        config, n=n, delay=delay, hooks=hooks, on_asyncio=on_asyncio
+                    )
+                case = await _fanout_case(name, config, n=n, delay=delay, hooks=hooks, extra=extra)
+                cases.append(case)
+                step(f"{name}: fan-out N={n} D={delay * 1000:g}ms K={hooks}")
+    return cases
 
 
-async def _warm_up(on_asyncio: bool) -> None:
+async def _warm_up(on_asyncio: bool, extension: Extension | None) -> None:
     """One small untimed run of each variant: first-call costs are not the runtime's."""
     turn = FanoutTurn(n=10, delay=0.0, hooks=1)
     prepare: dict[str, Callable[[], Job]] = {
         "floor": partial(prepare_floor, 10, 0.0),
         "ours": turn.prepare,
     }
-    if on_asyncio:
-        prepare["gather"] = _gather(10, 0.0)
+    if extension is not None:
+        warm = BenchConfig(repeats=1)  # the default suites: no peer rows
+        extra = extension.fanout_variants(warm, n=10, delay=0.0, hooks=1, on_asyncio=on_asyncio)
+        if "gather" in extra:
+            prepare["gather"] = extra["gather"][0]
     await time_variants(prepare, 1, {"ours": turn.check})
 
 
-def _gather(n: int, delay: float) -> Callable[[], Job]:
-    from ._asyncio_floor import prepare_gather  # noqa: PLC0415 - asyncio backends only
-
-    return partial(prepare_gather, n, delay)
-
-
 async def _fanout_case(
-    name: str, config: BenchConfig, *, n: int, delay: float, hooks: int, on_asyncio: bool
+    name: str,
+    config: BenchConfig,
+    *,
+    n: int,
+    delay: float,
+    hooks: int,
+    extra: dict[str, Variant],
 ) -> dict[str, Any]:
+    """Ours against the floor, and against the extension's rows (``gather``, ``peer:*``)."""
     turn = FanoutTurn(n=n, delay=delay, hooks=hooks)
     prepare: dict[str, Callable[[], Job]] = {
         "floor": partial(prepare_floor, n, delay),
         "ours": turn.prepare,
     }
     checks = {"ours": turn.check}
-    if on_asyncio:
-        prepare["gather"] = _gather(n, delay)
-    peers = peer_turns(n, delay) if "peers" in config.suites and on_asyncio and not hooks else {}
-    for variant, peer in peers.items():
-        prepare[variant], checks[variant] = peer.prepare, peer.check
+    for variant, (job, check) in extra.items():
+        prepare[variant] = job
+        if check is not None:
+            checks[variant] = check
+    peers = [variant for variant in extra if variant != "gather"]
     timings = await time_variants(prepare, config.repeats, checks)
     floor, ours, gather = timings["floor"], timings["ours"], timings.get("gather")
     case: dict[str, Any] = {

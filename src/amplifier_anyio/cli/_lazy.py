@@ -1,27 +1,21 @@
-"""Commands imported when they are invoked, and parameters parsed without pydantic.
+"""Commands imported when they are invoked, and usage errors on one line.
 
-Two costs of start-up live here (``docs/benchmarks.md``, "Start-up"):
-
-- Declaring a command with Typer needs its function, hence its module and everything that
-  module imports (the kernel, the chat loop, the benchmark, the MCP SDK's glue). A
-  `lazy_group` holds each command as a `LazyCommand` (a name and where it
-  lives) and builds its click command the first time it is asked for, exactly as
-  ``app.command(name)(function)`` / ``app.add_typer(sub_app, name=name)`` would have: the
-  same Typer functions build it from the same registration. ``--help`` asks for every
-  command (it prints their help) and so imports them all; ``amplifier-anyio run`` imports
-  only ``run``.
-- Typer 0.29 coerces every parameter value through a pydantic ``TypeAdapter``, built when
-  the command line is parsed: importing pydantic and building the adapters costs more
-  than the rest of a demo turn. `plain_params` gives the parameters whose value is
-  already what they want — a ``str`` for a ``str``, a path string for a ``Path`` — a
-  coercion that returns the string, or hands it to Typer's own path checks as a ``Path``;
-  any other value or type (numbers, lists, choices, files, parsers, a Typer without this
-  machinery) keeps Typer's coercion, with its messages.
+Declaring a command with Typer needs its function, hence its module and everything that
+module imports (the kernel, the chat loop, the benchmark, the MCP SDK's glue). `lazy_group`
+is Click's documented lazy-loading pattern on Typer's public API: a ``TyperGroup`` subclass
+(``typer.Typer(cls=...)``) whose ``list_commands`` names every declared `LazyCommand` and
+whose ``get_command`` imports a command's module the first time it is asked for and builds
+its click command with ``typer.main.get_command``, from a registration on a Typer app of
+its own, as ``app.command(name)`` / ``app.add_typer(sub_app, name=name)`` would have.
+``--help`` asks for every command (it prints their help) and so imports them all;
+``amplifier-anyio run`` imports only ``run``. Nothing here imports Typer's or Click's
+private modules, so a new Typer is taken as it comes.
 
 And how the command line reads: a flag is shown without a value placeholder (``--json``,
 not ``--json <bool>``), an argument as ``PROMPT`` (``[PROMPT]`` when optional) on the usage
-line, and every usage error — an unknown option or command, a missing argument, a bad
-value — is the project's one line, ``error: …`` on stderr and exit 2, not Typer's box.
+line — through Click's public ``metavar`` and ``get_usage_pieces`` — and every usage error
+— an unknown option or command, a missing argument, a bad value — is the project's one
+line, ``error: …`` on stderr and exit 2, not Typer's box.
 """
 
 from __future__ import annotations
@@ -29,24 +23,13 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
-from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import attrs
 import typer
 import typer.main
 from typer.core import TyperArgument, TyperGroup, TyperOption
-
-try:  # Typer 0.29 carries its own click
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError, NoSuchOption
-except ImportError:  # pragma: no cover - a Typer on the click package
-    from click.exceptions import (  # type: ignore[assignment]
-        ClickException,
-        NoArgsIsHelpError,
-        NoSuchOption,
-    )
 
 __all__ = ("LazyCommand", "lazy_group", "plain_params", "one_line_usage_errors")
 
@@ -62,92 +45,65 @@ class LazyCommand:
     group: bool = False
 
     def build(self, *, rich_markup_mode: Any, suggest_commands: bool) -> Any:
-        """Import the module and build the click command as Typer's registration would."""
+        """Import the module and build the click command (``typer.main.get_command``)."""
         target = getattr(importlib.import_module(f"{__package__}.{self.module}"), self.attribute)
-        holder = typer.Typer(rich_markup_mode=rich_markup_mode, suggest_commands=suggest_commands)
-        if self.group:
+        holder = typer.Typer(
+            rich_markup_mode=rich_markup_mode,
+            suggest_commands=suggest_commands,
+            add_completion=False,
+        )
+        if self.group:  # a group of one: Typer keeps it a group (sub-command and all)
             holder.add_typer(target, name=self.name)
-            command: Any = typer.main.get_group_from_info(
-                holder.registered_groups[0],
-                pretty_exceptions_short=holder.pretty_exceptions_short,
-                rich_markup_mode=rich_markup_mode,
-                suggest_commands=suggest_commands,
-            )
-        else:
+            command: Any = typer.main.get_command(holder).commands[self.name]  # type: ignore[attr-defined]
+        else:  # the only command of an app: Typer gives it back as is
             holder.command(self.name)(target)
-            command = typer.main.get_command_from_info(
-                holder.registered_commands[0],
-                pretty_exceptions_short=holder.pretty_exceptions_short,
-                rich_markup_mode=rich_markup_mode,
-            )
+            command = typer.main.get_command(holder)
         plain_params(command)
         return command
 
 
-class _Commands(MutableMapping[str, Any]):
-    """A group's commands by name: the declared ones are listed at once, built on access."""
-
-    def __init__(self, built: dict[str, Any], declared: Sequence[LazyCommand], build: Any):
-        self._declared = {spec.name: spec for spec in declared if spec.name not in built}
-        self._built = built
-        self._build: Callable[[LazyCommand], Any] = build
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in self._built:
-            spec = self._declared[name]  # KeyError: no such command
-            self._built[name] = self._build(spec)
-        return self._built[name]
-
-    def __setitem__(self, name: str, command: Any) -> None:
-        self._declared.pop(name, None)
-        self._built[name] = command
-
-    def __delitem__(self, name: str) -> None:
-        found = name in self._built or name in self._declared
-        self._built.pop(name, None)
-        self._declared.pop(name, None)
-        if not found:
-            raise KeyError(name)
-
-    def __iter__(self) -> Iterator[str]:
-        yield from self._declared
-        yield from (name for name in self._built if name not in self._declared)
-
-    def __len__(self) -> int:
-        return len(self._declared.keys() | self._built.keys())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._declared or name in self._built
-
-
 def lazy_group(commands: Sequence[LazyCommand]) -> type[TyperGroup]:
-    """A ``TyperGroup`` class (``typer.Typer(cls=...)``) whose ``commands`` are built
-    from ``commands`` when first looked up, and listed in their order."""
+    """A ``TyperGroup`` class (``typer.Typer(cls=...)``) that lists ``commands`` in their
+    order and builds each from its `LazyCommand` when it is first looked up."""
 
-    commands_by_name = {spec.name for spec in commands}
+    declared = {spec.name: spec for spec in commands}
 
     class LazyGroup(TyperGroup):
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**kwargs)
             plain_params(self)
-            self.commands = _Commands(dict(self.commands), commands, self._build_command)
-
-        def _build_command(self, spec: LazyCommand) -> Any:
-            return spec.build(
-                rich_markup_mode=self.rich_markup_mode, suggest_commands=self.suggest_commands
-            )
+            self.built: dict[str, Any] = {}
 
         def list_commands(self, ctx: Any) -> list[str]:
-            return list(self.commands)
+            own = [name for name in super().list_commands(ctx) if name not in declared]
+            return [*declared, *own]
 
         def get_command(self, ctx: Any, cmd_name: str) -> Any:
-            command = super().get_command(ctx, cmd_name)
-            if command is not None and cmd_name in commands_by_name:
-                # its --help option is made per context: give it the plain coercion too
-                settings = command.context_settings or {}
-                own = command.context_class(command, info_name=cmd_name, parent=ctx, **settings)
-                plain_help(command, own)
+            spec = declared.get(cmd_name)
+            if spec is None:
+                return super().get_command(ctx, cmd_name)
+            if cmd_name not in self.built:
+                self.built[cmd_name] = spec.build(
+                    rich_markup_mode=self.rich_markup_mode, suggest_commands=self.suggest_commands
+                )
+            command = self.built[cmd_name]
+            # its --help option is made per context: show it as a flag there too
+            settings = command.context_settings or {}
+            own = command.context_class(command, info_name=cmd_name, parent=ctx, **settings)
+            plain_help(command, own)
             return command
+
+        def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+            try:
+                return super().resolve_command(ctx, args)
+            except typer.TyperException as exc:  # no such command: suggest a declared one too
+                clicks: Any = exc
+                if self.suggest_commands and args and "Did you mean" not in clicks.message:
+                    matches = difflib.get_close_matches(args[0], self.list_commands(ctx))
+                    if matches:
+                        names = ", ".join(repr(name) for name in matches)
+                        clicks.message = f"{clicks.message.rstrip('.')}. Did you mean {names}?"
+                raise
 
         def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
             plain_help(self, ctx)
@@ -166,25 +122,33 @@ def lazy_group(commands: Sequence[LazyCommand]) -> type[TyperGroup]:
     return LazyGroup
 
 
+def _no_args_is_help(exc: BaseException) -> bool:
+    """Click's ``NoArgsIsHelpError``: a group called without arguments shows its help."""
+    return any(kind.__name__ == "NoArgsIsHelpError" for kind in type(exc).__mro__)
+
+
 @contextlib.contextmanager
 def one_line_usage_errors() -> Iterator[None]:
-    """A click usage error (or any ClickException) inside: ``error: …`` on one line of
-    stderr naming where ``--help`` is, then exit with its code (2 for bad usage)."""
+    """A click usage error (or any ClickException: Typer's public ``TyperException``)
+    inside: ``error: …`` on one line of stderr naming where ``--help`` is, then exit with
+    its code (2 for bad usage)."""
     try:
         yield
-    except NoArgsIsHelpError:
-        raise  # no arguments at all: the help, as Typer shows it
-    except ClickException as exc:
-        if isinstance(exc, NoSuchOption) and exc.possibilities:
-            exc.possibilities = _close(exc.option_name, exc.possibilities)
-        message = " ".join(exc.format_message().split()).rstrip(".")
+    except typer.TyperException as exc:
+        if _no_args_is_help(exc):
+            raise  # no arguments at all: the help, as Typer shows it
+        clicks: Any = exc
+        possibilities = getattr(clicks, "possibilities", None)  # click's NoSuchOption
+        if possibilities and isinstance(getattr(clicks, "option_name", None), str):
+            clicks.possibilities = _close(clicks.option_name, possibilities)
+        message = " ".join(clicks.format_message().split()).rstrip(".")
         if message[:2].istitle():  # "Missing argument", not "ID ..."
             message = message[0].lower() + message[1:]
         ctx = getattr(exc, "ctx", None)
         if ctx is not None:
             message += f" — try '{ctx.command_path} --help'"
         typer.echo(f"error: {message}", err=True)
-        raise typer.Exit(exc.exit_code) from None
+        raise typer.Exit(clicks.exit_code) from None
 
 
 def _close(name: str, options: Iterable[str]) -> list[str]:
@@ -194,76 +158,20 @@ def _close(name: str, options: Iterable[str]) -> list[str]:
     return [o for o in options if difflib.SequenceMatcher(None, bare, o.lstrip("-")).ratio() >= 0.7]
 
 
-# -- parameters without pydantic -------------------------------------------------------------
-try:  # Typer's runtime coercion (0.2x with pydantic); without it there is nothing to avoid
-    from typer._coercion import RuntimeParam, build_runtime_param
-    from typer._param_types import coerce_cli_path, lenient_issubclass
-    from typer.core import _TyperParameter
-except ImportError:  # pragma: no cover - another Typer
-    _PLAIN = False
-else:
-    _PLAIN = True
-
-    @dataclass(frozen=True)
-    class _PlainParam(RuntimeParam):
-        """A ``bool`` or a ``str`` as it is; a non-empty string for a ``Path`` as a ``Path`` through
-        Typer's own path checks; anything else through Typer's pydantic coercion."""
-
-        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-            if self.annotation is bool and isinstance(value, bool):
-                return value
-            if isinstance(value, str):
-                if self.annotation is str:
-                    return value
-                if value:
-                    path_type: Any = self.parameter_info.path_type or self.annotation
-                    return coerce_cli_path(
-                        path_type(value),
-                        self.parameter_info,
-                        path_type=path_type,
-                        param=param,
-                        ctx=ctx,
-                    )
-            typer_own = build_runtime_param(param.type_descriptor)
-            return typer_own._coerce_value(value, param=param, ctx=ctx)
-
-
 def plain_help(command: Any, ctx: Any) -> None:
-    """Give ``command``'s ``--help`` option in ``ctx`` the plain coercion (a flag)."""
+    """Show ``command``'s ``--help`` option in ``ctx`` as a flag (no value placeholder)."""
     option = command.get_help_option(ctx)
     if option is not None:
-        _make_plain(option)
         _plain_display(option)
 
 
-def _plain(param: Any) -> bool:
-    descriptor = param.type_descriptor
-    info = descriptor.parameter_info
-    if info.parser is not None or descriptor.file_annotation is not None or descriptor.is_choice:
-        return False
-    annotation = descriptor.annotation
-    if annotation is str or annotation is bool:
-        return True
-    path_type = info.path_type or annotation
-    return (
-        isinstance(path_type, type)
-        and lenient_issubclass(path_type, Path)
-        and descriptor.is_path
-        and not descriptor.is_list
-    )
-
-
 def plain_params(command: Any) -> None:
-    """Give ``command``'s plain ``str`` / ``Path`` parameters (and those of an already
-    built group's sub-commands) a coercion without pydantic (see the module's docstring)."""
+    """Show ``command``'s flags and arguments plainly (and those of an already built
+    group's sub-commands; see the module's docstring)."""
     for param in command.params:
         _plain_display(param)
     # its --help too (made once per command, on first use: made here with the default names)
     plain_help(command, command.context_class(command, info_name=command.name))
-    if not _PLAIN:  # pragma: no cover - another Typer
-        return
-    for param in command.params:
-        _make_plain(param)
     commands = getattr(command, "commands", None)
     if isinstance(commands, dict):
         for sub in commands.values():
@@ -272,28 +180,17 @@ def plain_params(command: Any) -> None:
 
 def _plain_display(param: Any) -> None:
     """A flag without a value placeholder; an argument as ``NAME`` / ``[NAME]`` on the
-    usage line (Typer 0.29 shows ``<bool>`` and ``{name}``)."""
+    usage line (Typer shows ``<bool>`` and ``{name}``)."""
     if isinstance(param, TyperOption):
         if param.is_flag and param.metavar is None:
             param.metavar = ""  # shown as the option's type: nothing
     elif isinstance(param, TyperArgument):
         if param.metavar is None and param.name:
             param.metavar = param.name.upper()
-        if hasattr(param, "_usage_display_name"):
-            param._usage_display_name = lambda: _usage_name(param)  # type: ignore[method-assign]
+        param.get_usage_pieces = lambda ctx: [_usage_name(param)]  # type: ignore[method-assign]
 
 
 def _usage_name(param: Any) -> str:
     name = str(param.metavar)
     name = name if param.required else f"[{name}]"
     return name + ("..." if param.nargs != 1 else "")
-
-
-def _make_plain(param: Any) -> None:
-    if not _PLAIN:  # pragma: no cover - another Typer
-        return
-    if isinstance(param, _TyperParameter) and param._runtime_param is None and _plain(param):
-        descriptor = param.type_descriptor
-        param._runtime_param = _PlainParam(
-            parameter_info=descriptor.parameter_info, annotation=descriptor.annotation
-        )

@@ -1,4 +1,8 @@
-"""``amplifier-anyio bench``: parallel tool fan-out against the floor, hook emit, compaction."""
+"""``amplifier-anyio bench``: parallel tool fan-out against the floor, hook emit, compaction.
+
+The wheel's suites; from a checkout (or through ``python -m benchmarks``) also the
+repository's ``benchmarks`` package: the other suites, the targets and ``--plot``.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ __all__ = ("bench_command",)
 
 
 def bench_command(
+    ctx: typer.Context,
     *,
     quick: Annotated[
         bool, typer.Option("--quick", help="The CI run: N up to 1 000, 3 repeats, < 1 min.")
@@ -45,15 +50,28 @@ def bench_command(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print Markdown tables.")] = False,
 ) -> None:
     """Benchmark parallel tool fan-out against a bare task group, hook emit and compaction."""
-    from ..bench import make_config, run_command
+    from ..bench import checkout_extension, make_config, run_command
 
     with cli_command():
         try:
+            # python -m benchmarks passes its suites; from a checkout they are found
+            extension = ctx.obj if ctx.obj is not None else checkout_extension()
             config = make_config(
-                quick=quick, backends=backend, suites=suite, sizes=size, repeats=repeats
+                quick=quick,
+                backends=backend,
+                suites=suite,
+                sizes=size,
+                repeats=repeats,
+                extension=extension,
             )
             run_command(
-                config, out=out, err=err, json_path=json_file, plot_path=plot, markdown=markdown
+                config,
+                out=out,
+                err=err,
+                json_path=json_file,
+                plot_path=plot,
+                markdown=markdown,
+                extension=extension,
             )
         except ConfigError as exc:
             raise fail(str(exc)) from None

@@ -104,16 +104,26 @@ AgentOption = Annotated[
 StrictOption = Annotated[
     bool, typer.Option("--strict", help="Refuse config keys a module does not declare.")
 ]
+PromptArgument = Annotated[
+    str | None,
+    typer.Argument(
+        help="What to ask the agent; - reads stdin, @FILE a file. With --resume and no "
+        "prompt: continue the session's last turn (after approvals, or a crash)."
+    ),
+]
+ResumeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--resume",
+        metavar="ID",
+        help="Run in a saved session (sessions list), under the plan it ran under "
+        "unless --plan says otherwise.",
+    ),
+]
 
 
 def run_command(
-    prompt: Annotated[
-        str | None,
-        typer.Argument(
-            help="What to ask the agent; - reads stdin, @FILE a file. With --resume and no "
-            "prompt: continue the session's last turn (after approvals, or a crash)."
-        ),
-    ] = None,
+    prompt: PromptArgument = None,
     *,
     plan: PlanOption = None,
     backend: BackendOption = "asyncio",
@@ -131,15 +141,7 @@ def run_command(
     strict: StrictOption = False,
     record: RecordOption = None,
     replay: ReplayOption = None,
-    resume: Annotated[
-        str | None,
-        typer.Option(
-            "--resume",
-            metavar="ID",
-            help="Run in a saved session (sessions list), under the plan it ran under "
-            "unless --plan says otherwise.",
-        ),
-    ] = None,
+    resume: ResumeOption = None,
     agent: AgentOption = None,
 ) -> None:
     """Run one turn and print the answer."""
@@ -156,27 +158,12 @@ def run_command(
         strict=strict,
     )
     with cli_command():
-        resumed = None
-        if resume is not None:  # without --plan: the plan the session ran under
-            from .sessions import find_session  # only for --resume
-
-            resumed = find_session(resume)
-            options = stored_plan(options, resumed.session_id, resumed.path)
-        elif prompt is None:
-            raise fail(
-                "missing argument 'PROMPT' — try 'amplifier-anyio run --help' "
-                "(or run --resume ID to continue a saved session)"
-            )
+        options, resumed = _resumed(options, prompt, resume)
         mount_plan = build_plan(options)
         if resumed is not None:
             mount_plan = persistent_plan(mount_plan, resumed.path)
         text = read_prompt(prompt) if prompt is not None else None
-        system_text = read_prompt(system) if system is not None else None
-        if agent is not None:
-            mount_plan, instruction = agent_plan(mount_plan, agent)
-            system_text = system_text if system_text is not None else instruction
-        if system_text is not None:  # --system replaces a bundle's instruction
-            mount_plan = attrs.evolve(mount_plan, instruction=system_text)
+        mount_plan, system_text = _with_instruction(mount_plan, system, agent)
         if mount_plan.durable is not None and text is not None and resumed is None:
             from .temporal import run_durable  # the turn runs on a Temporal worker
 
@@ -184,7 +171,7 @@ def run_command(
                 result, session_id = run_durable(mount_plan, text, backend)
             except Exception as exc:  # noqa: BLE001 - any failure is one line and an exit code
                 raise run_failure(exc) from None
-            _finish(result, session_id, json_output)
+            _print_outcome(result, session_id, json_output=json_output)
         log = EventLog(events_jsonl) if events_jsonl is not None else None
         turn = _Turn(mount_plan, text, system=system_text, events=events, log=log, strict=strict)
         turn.plan_file = options.plan
@@ -194,11 +181,42 @@ def run_command(
         finally:
             if log is not None:
                 log.close()
-    _finish(result, session_id, json_output)
+    _print_outcome(result, session_id, json_output=json_output)
 
 
-def _finish(result: TurnResult, session_id: str, json_output: bool) -> NoReturn:
-    """Print the turn's outcome and leave with its exit code."""
+def _resumed(
+    options: PlanOptions, prompt: str | None, resume: str | None
+) -> tuple[PlanOptions, Any]:
+    """``--resume ID``: the saved session, and its plan unless ``--plan`` says otherwise;
+    without it a prompt is required."""
+    if resume is not None:  # without --plan: the plan the session ran under
+        from .sessions import find_session  # only for --resume
+
+        resumed = find_session(resume)
+        return stored_plan(options, resumed.session_id, resumed.path), resumed
+    if prompt is None:
+        raise fail(
+            "missing argument 'PROMPT' — try 'amplifier-anyio run --help' "
+            "(or run --resume ID to continue a saved session)"
+        )
+    return options, None
+
+
+def _with_instruction(
+    mount_plan: MountPlan, system: str | None, agent: str | None
+) -> tuple[MountPlan, str | None]:
+    """The plan as ``--agent`` and ``--system`` make it, and the system prompt to add."""
+    system_text = read_prompt(system) if system is not None else None
+    if agent is not None:
+        mount_plan, instruction = agent_plan(mount_plan, agent)
+        system_text = system_text if system_text is not None else instruction
+    if system_text is not None:  # --system replaces a bundle's instruction
+        mount_plan = attrs.evolve(mount_plan, instruction=system_text)
+    return mount_plan, system_text
+
+
+def _print_outcome(result: TurnResult, session_id: str, *, json_output: bool) -> NoReturn:
+    """The answer (or ``--json``'s object) on stdout, then the exit code for its status."""
     if json_output:
         say(json.dumps(turn_json(result, session_id), ensure_ascii=False), console=out)
     if result.status is TurnStatus.ERROR:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .workloads import Job, sleep_into
+from amplifier_anyio.bench.workloads import Job, sleep_into
 
 __all__ = ("gather_floor", "prepare_gather")
 

@@ -28,12 +28,11 @@ from typing import Any
 
 import anyio
 
-from ..kernel._turns import TurnStatus
-from ..models import ChatRequest, ChatResponse, TextBlock, ToolResult
-from ..providers.scripted import ScriptedProvider
-from ..session._session import AmplifierSession
-from .timing import Timing, ratio
-from .workloads import tool_calls
+from amplifier_anyio import AmplifierSession, TurnStatus
+from amplifier_anyio.bench.timing import Timing, ratio
+from amplifier_anyio.bench.workloads import tool_calls
+from amplifier_anyio.models import ChatRequest, ChatResponse, TextBlock, ToolResult
+from amplifier_anyio.providers.scripted import ScriptedProvider
 
 __all__ = ("cancel_case", "HOUR")
 
@@ -117,54 +116,63 @@ async def cancel_case(name: str, repeats: int, n: int) -> dict[str, Any]:
     async with AmplifierSession(_PLAN) as session:
         await session.coordinator.mount("providers", ScriptedProvider(reply), name="scripted")
         await session.coordinator.mount("tools", tool)
-        context = session.coordinator.get("context")
-
-        async def ours(paused: bool = False) -> float:
-            await context.clear()
-            tool.started = _Started(n)
-            begin = 0
-            result: Any = None
-
-            async def run() -> None:
-                nonlocal result
-                result = await session.run("fan out")
-
-            try:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(run)
-                    await tool.started.all.wait()
-                    _pause(paused)
-                    begin = time.perf_counter_ns()
-                    session.cancel(immediate=True)
-                elapsed = (time.perf_counter_ns() - begin) / 1e9
-            finally:
-                gc.enable()
-            answered = sum(1 for m in await context.get_messages() if m.get("role") == "tool")
-            if result is None or result.status is not TurnStatus.CANCELLED or answered != n:
-                status = None if result is None else result.status
-                msg = f"the cancelled turn ended {status} with {answered}/{n} calls answered"
-                raise RuntimeError(msg)
-            return elapsed
-
         variants: dict[str, Latency] = {
             "floor": lambda: _floor(n, paused=False),
-            "ours": lambda: ours(paused=False),
+            "ours": lambda: _cancel_turn(session, tool, n, paused=False),
             "floor_paused": lambda: _floor(n, paused=True),
-            "ours_paused": lambda: ours(paused=True),
+            "ours_paused": lambda: _cancel_turn(session, tool, n, paused=True),
         }
-        await ours()  # untimed warm-up
+        await _cancel_turn(session, tool, n, paused=False)  # untimed warm-up
         samples = await _interleaved(variants, repeats)
+    return _summary(name, n, repeats, samples)
+
+
+async def _cancel_turn(
+    session: AmplifierSession, tool: _HangingTool, n: int, paused: bool
+) -> float:
+    """One timed cancel of ``session``'s turn once its ``n`` calls have all started: seconds
+    from ``session.cancel(immediate=True)`` to ``run()`` returning, the turn checked after."""
+    context = session.coordinator.get("context")
+    await context.clear()
+    tool.started = _Started(n)
+    begin = 0
+    result: Any = None
+
+    async def run() -> None:
+        nonlocal result
+        result = await session.run("fan out")
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await tool.started.all.wait()
+            _pause(paused)
+            begin = time.perf_counter_ns()
+            session.cancel(immediate=True)
+        elapsed = (time.perf_counter_ns() - begin) / 1e9
+    finally:
+        gc.enable()
+    answered = sum(1 for m in await context.get_messages() if m.get("role") == "tool")
+    if result is None or result.status is not TurnStatus.CANCELLED or answered != n:
+        status = None if result is None else result.status
+        msg = f"the cancelled turn ended {status} with {answered}/{n} calls answered"
+        raise RuntimeError(msg)
+    return elapsed
+
+
+def _summary(name: str, n: int, repeats: int, samples: dict[str, list[float]]) -> dict[str, Any]:
+    """The case's report entry: every variant's timing and ours over the floor."""
     timings = {variant: Timing(tuple(values)) for variant, values in samples.items()}
-    floor, ours_t = timings["floor"], timings["ours"]
+    floor, ours = timings["floor"], timings["ours"]
     floor_paused, ours_paused = timings["floor_paused"], timings["ours_paused"]
     return {
         "backend": name,
         "n": n,
         "repeats": repeats,
         **{variant: timing.to_dict() for variant, timing in timings.items()},
-        "ratio": ratio(ours_t.median, floor.median),
-        "ratio_min": ratio(ours_t.min, floor.min),
-        "us_per_call": (ours_t.median - floor.median) / n * 1e6,
+        "ratio": ratio(ours.median, floor.median),
+        "ratio_min": ratio(ours.min, floor.min),
+        "us_per_call": (ours.median - floor.median) / n * 1e6,
         "ratio_paused": ratio(ours_paused.median, floor_paused.median),
     }
 

@@ -29,12 +29,11 @@ from typing import Any
 
 import anyio
 
-from ..kernel._turns import TurnStatus
-from ..models import ChatRequest, ChatResponse, TextBlock
-from ..providers.scripted import ScriptedProvider
-from ..session._session import AmplifierSession
-from .timing import time_variants, traced
-from .workloads import FanoutTurn, Job, SleepTool, prepare_floor, tool_calls
+from amplifier_anyio import AmplifierSession, TurnStatus
+from amplifier_anyio.bench.timing import time_variants, traced
+from amplifier_anyio.bench.workloads import FanoutTurn, Job, SleepTool, prepare_floor, tool_calls
+from amplifier_anyio.models import ChatRequest, ChatResponse, TextBlock
+from amplifier_anyio.providers.scripted import ScriptedProvider
 
 __all__ = (
     "OPEN_PLANS",

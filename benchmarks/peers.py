@@ -43,7 +43,7 @@ from typing import Any
 import anyio
 import attrs
 
-from .workloads import Job
+from amplifier_anyio.bench.workloads import Job
 
 __all__ = (
     "PEERS",

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kernel._turns import TurnStatus
-from ..models import ChatRequest, ChatResponse, TextBlock, ToolCall
-from ..providers.scripted import ScriptedProvider
-from ..session._session import AmplifierSession
-from .timing import time_variants
-from .workloads import FanoutTurn, Job, SleepTool
+from amplifier_anyio import AmplifierSession, TurnStatus
+from amplifier_anyio.bench.timing import time_variants
+from amplifier_anyio.bench.workloads import FanoutTurn, Job, SleepTool
+from amplifier_anyio.models import ChatRequest, ChatResponse, TextBlock, ToolCall
+from amplifier_anyio.providers.scripted import ScriptedProvider
 
 __all__ = ("turn_case",)
 

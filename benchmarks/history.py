@@ -22,9 +22,9 @@ from typing import Any
 
 import anyio
 
-from ..contexts import PersistentContextManager, SimpleContextManager
-from ..runtime import _requests
-from .timing import Timing
+from amplifier_anyio.bench.timing import Timing
+from amplifier_anyio.contexts import PersistentContextManager, SimpleContextManager
+from amplifier_anyio.runtime import _requests
 
 __all__ = ("history_suite", "startup_suite", "request_cost", "CONTEXTS")
 
@@ -178,7 +178,7 @@ def history_suite(
     constant, 1: linear), per context and compaction; ``growth`` is the last tenth's
     median request over the first tenth's.
     """
-    from .suites import conversation  # noqa: PLC0415 - suites imports this module's callers
+    from amplifier_anyio.bench.suites import conversation  # noqa: PLC0415 - suites imports this module's callers
 
     history = conversation(max(*sizes, 100))
     cases: list[dict[str, Any]] = []
@@ -262,9 +262,7 @@ def startup_suite(repeats: int, step: Any = _ignore) -> dict[str, Any]:
         for _ in range(repeats):
             for name, command in commands.items():
                 start = time.perf_counter_ns()
-                subprocess.run(  # noqa: S603 - our own interpreter and script
-                    command, env=env, check=True, capture_output=True, timeout=60
-                )
+                subprocess.run(command, env=env, check=True, capture_output=True, timeout=60)
                 times[name].append((time.perf_counter_ns() - start) / 1e9)
         step("startup")
     bare = Timing(tuple(times["python -c pass"])).median  # the first command

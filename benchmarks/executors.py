@@ -26,8 +26,8 @@ from typing import Any
 
 import anyio
 
-from ..session._session import AmplifierSession
-from ..tools.compute import hash_rounds
+from amplifier_anyio import AmplifierSession
+from amplifier_anyio.tools.compute import hash_rounds
 
 __all__ = ("EXECUTOR_CASES", "calibrate_rounds", "executors_suite")
 
