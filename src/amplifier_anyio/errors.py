@@ -268,7 +268,7 @@ class OrchestrationError(AmplifierError):
 
 
 class CassetteMismatchError(AmplifierError):
-    """A run replayed from a cassette (`amplifier_anyio.testing.cassette`) made a
+    """A run replayed from a cassette (`amplifier_anyio.runtime` (the cassette)) made a
     call its recording does not have: the request differs from the recorded one, or the
     lane has no recorded call left.
 
@@ -297,7 +297,7 @@ class CassetteMismatchError(AmplifierError):
 
 
 class CassetteError(ConfigError):
-    """A cassette file (`amplifier_anyio.testing.cassette`) that cannot be used: another
+    """A cassette file (`amplifier_anyio.runtime` (the cassette)) that cannot be used: another
     recorder holds it (the message names the holder's pid, or the session holding the lane
     in this process), or — checked whole when it is opened, before any call is replayed —
     it is empty, a line is not a recorded call, or one call is recorded twice.

@@ -45,8 +45,7 @@ from amplifier_anyio.models import (
     unstructure,
 )
 from amplifier_anyio.providers.scripted import ScriptedProvider
-from amplifier_anyio.testing import EventRecorder
-from amplifier_anyio.testing.cassette import normalise_request
+from amplifier_anyio.testing import EventRecorder, normalise_request
 from amplifier_anyio.testing.faults import FaultPlan, fault_plans
 
 ORCHESTRATORS = ("loop-basic", "loop-streaming", "loop-events", "loop-lifecycle")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from amplifier_anyio import ConfigError, Usage
 from amplifier_anyio.kernel import Budget, BudgetMeter, TurnHandle
-from amplifier_anyio.providers.pricing import PriceTable
+from amplifier_anyio.models import PriceTable
 
 
 def usage(tokens: int) -> Usage:

@@ -29,8 +29,9 @@ from amplifier_anyio.models import (
     unstructure,
 )
 from amplifier_anyio.providers.scripted import ScriptedProvider
-from amplifier_anyio.testing import EventRecorder, MockTool
-from amplifier_anyio.testing.cassette import (
+from amplifier_anyio.testing import (
+    EventRecorder,
+    MockTool,
     child_lane,
     first_difference,
     install_cassette,

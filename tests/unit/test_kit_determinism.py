@@ -19,7 +19,7 @@ from amplifier_anyio import AmplifierSession
 from amplifier_anyio.errors import CassetteError
 from amplifier_anyio.models import ChatResponse, TextBlock, ToolCall, ToolResult
 from amplifier_anyio.providers.scripted import ScriptedProvider
-from amplifier_anyio.testing.cassette import install_cassette, lock_path_for, open_cassette
+from amplifier_anyio.testing import install_cassette, lock_path_for, open_cassette
 from amplifier_anyio.testing.faults import FaultPlan
 
 pytestmark = pytest.mark.anyio
@@ -119,7 +119,7 @@ async def test_a_second_recorder_in_one_loop_is_refused_naming_the_first(tmp_pat
 
 HOLDER = """
 import sys, anyio
-from amplifier_anyio.testing.cassette import open_cassette
+from amplifier_anyio.testing import open_cassette
 
 async def main():
     async with open_cassette(sys.argv[1], "record") as cassette:

@@ -10,10 +10,17 @@ import httpx
 import pytest
 
 from amplifier_anyio.errors import ConfigError, ValidationError
-from amplifier_anyio.models import ChatRequest, Message, Usage, structure, unstructure
+from amplifier_anyio.models import (
+    ChatRequest,
+    Message,
+    Price,
+    PriceTable,
+    Usage,
+    structure,
+    unstructure,
+)
 from amplifier_anyio.providers.anthropic import AnthropicProvider
 from amplifier_anyio.providers.openai import OpenAIChatProvider
-from amplifier_anyio.providers.pricing import Price, PriceTable
 
 pytestmark = pytest.mark.anyio
 

@@ -33,8 +33,7 @@ from amplifier_anyio.events import (
 )
 from amplifier_anyio.kernel import MountPlan, ProvidersPolicy
 from amplifier_anyio.models import ChatRequest, ChatResponse, ProviderInfo, TextBlock, Usage
-from amplifier_anyio.testing import EventRecorder
-from amplifier_anyio.testing.cassette import install_cassette
+from amplifier_anyio.testing import EventRecorder, install_cassette
 
 pytestmark = pytest.mark.anyio
 

@@ -34,7 +34,13 @@ def _public_module_names() -> list[str]:
 
 
 DEPRECATED = frozenset(
-    {"amplifier_anyio.tools.mcp", "amplifier_anyio.mcp_server", "amplifier_anyio.mcp_tasks"}
+    {
+        "amplifier_anyio.tools.mcp",
+        "amplifier_anyio.mcp_server",
+        "amplifier_anyio.mcp_tasks",
+        "amplifier_anyio.testing.cassette",
+        "amplifier_anyio.providers.pricing",
+    }
 )
 """Old paths kept for one release: importing one warns (tests/unit/test_mcp_moves.py)."""
 

@@ -228,7 +228,7 @@ class _Repl:
                             if cassette is not None:
                                 # One cassette for every session of the chat (/reset too):
                                 # their calls go on in the root lane.
-                                from ..testing.cassette import open_cassette
+                                from ..runtime._cassette import open_cassette
 
                                 await stack.enter_async_context(
                                     open_cassette(cassette.path, cassette.mode)

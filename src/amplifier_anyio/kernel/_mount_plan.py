@@ -100,7 +100,7 @@ class ModuleSpec:
 
 
 CASSETTE_MODES = ("record", "replay", "auto", "new_episodes")
-"""What ``session.cassette.mode`` may be (see `amplifier_anyio.testing.cassette`)."""
+"""What ``session.cassette.mode`` may be (see `amplifier_anyio.runtime` (the cassette))."""
 
 
 @attrs.frozen(kw_only=True)

@@ -28,6 +28,7 @@ from ._messages import (
     Usage,
     Visibility,
 )
+from ._pricing import PRICE_KEYS, Price, PriceTable
 from ._results import HOOK_ACTIONS, ContextInjection, HookAction, HookResult, ToolResult
 
 __all__ = (
@@ -50,6 +51,9 @@ __all__ = (
     "INVALID_ARGUMENTS_KEY",
     "ToolSpec",
     "Usage",
+    "Price",
+    "PriceTable",
+    "PRICE_KEYS",
     "ChatRequest",
     "ChatResponse",
     # results

@@ -23,10 +23,10 @@ import httpx
 from ..config_schema import Setting
 from ..errors import ConfigError, LLMError, MalformedResponseError
 from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall
+from ..models._pricing import PriceTable
 from ..models._validators import number
 from ._http import HookEmitter, HTTPClient, RetryPolicy, drain, error_from_payload
 from ._sse import SSEEvent
-from .pricing import PriceTable
 
 _CLOSE_TIMEOUT = 5.0  # seconds closing the HTTP client of a failed mount may take
 DEFAULT_TIMEOUT = 600.0

@@ -16,8 +16,8 @@ import attrs
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError, LLMError, ValidationError
 from ..models import ChatRequest, ChatResponse, ModelInfo, ProviderInfo, ToolCall, structure
+from ..models._pricing import PriceTable
 from ._upstream import answers_upstream
-from .pricing import PriceTable
 
 __all__ = ("ScriptedProvider", "ScriptExhaustedError", "mount")
 

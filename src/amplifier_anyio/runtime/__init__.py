@@ -1,8 +1,22 @@
 """What every orchestrator shares: the turn engine, the structured tool batch, where tool
-calls run (executors), the request helpers and the stream relay."""
+calls run (executors), the request helpers, the stream relay, and the cassette that
+records and replays a session's provider calls (the plan's ``session.cassette``, the
+CLI's ``--record`` / ``--replay``; re-exported by `amplifier_anyio.testing`)."""
 
 from __future__ import annotations
 
+from ._cassette import (
+    ROOT_LANE,
+    Cassette,
+    CassetteStatistics,
+    child_lane,
+    first_difference,
+    install_cassette,
+    lane_of,
+    lock_path_for,
+    normalise_request,
+    open_cassette,
+)
 from ._executors import (
     BUILTIN_EXECUTORS,
     LocalExecutor,
@@ -41,6 +55,17 @@ from ._tool_batch import CANCELLED_MESSAGE, ToolBatch, ToolBatchConfig, cancelle
 from ._turn import INCOMPLETE_FINISH_REASONS, PAUSE_TURN, ToolRunner, Turn, TurnConfig
 
 __all__ = (
+    # the cassette (DESIGN §16): record and replay provider calls by lane
+    "Cassette",
+    "CassetteStatistics",
+    "open_cassette",
+    "install_cassette",
+    "lane_of",
+    "child_lane",
+    "ROOT_LANE",
+    "lock_path_for",
+    "normalise_request",
+    "first_difference",
     # the engine
     "Turn",
     "TurnConfig",

@@ -56,8 +56,8 @@ from ..kernel._handle import turn_scope
 from ..kernel._tracing import trace_scope
 from ..kernel._turns import PendingApproval, TurnResult, TurnStatus
 from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
+from ..models._pricing import PriceTable
 from ..models._validators import number
-from ..providers.pricing import PriceTable
 from ._policy import (
     INCOMPLETE_FINISH_REASONS,
     PAUSE_TURN,

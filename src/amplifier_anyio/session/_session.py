@@ -295,7 +295,7 @@ class AmplifierSession:
             if plan.providers_policy is not None:  # failover and hedging (runtime/_race)
                 self.coordinator.register_capability("providers_policy", plan.providers_policy)
             if plan.cassette is not None:  # record / replay (DESIGN §16): wraps what is mounted
-                from ..testing.cassette import install_cassette  # noqa: PLC0415 - tests only
+                from ..runtime._cassette import install_cassette  # noqa: PLC0415 - tests only
 
                 await install_cassette(self.coordinator, plan.cassette)
             await self._session_ready()

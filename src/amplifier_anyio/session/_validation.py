@@ -237,7 +237,7 @@ def _unpriced(plan: MountPlan, field: str) -> list[str]:
     """A dollar budget counts nothing for a provider without prices: every provider of the
     plan needs ``config.pricing`` that prices its model (``config.model`` or
     ``default_model`` when it names one; a table by model needs that key or ``"*"``)."""
-    from ..providers.pricing import PriceTable  # noqa: PLC0415 - only for a dollar budget
+    from ..models._pricing import PriceTable  # noqa: PLC0415 - only for a dollar budget
 
     found: list[str] = []
     for index, spec in enumerate(plan.providers):

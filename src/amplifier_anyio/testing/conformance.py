@@ -65,9 +65,9 @@ from ..models import (
     unstructure,
 )
 from ..providers.scripted import ScriptedProvider
+from ..runtime._cassette import _number_call_ids
 from ..runtime._streaming import stream_opener
 from ._kit import EventRecorder, MockContextManager, MockCoordinator
-from .cassette import _number_call_ids
 
 __all__ = (
     "ConformanceError",

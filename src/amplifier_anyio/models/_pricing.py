@@ -34,7 +34,7 @@ from typing import Any, Final
 import attrs
 
 from ..errors import ConfigError
-from ..models import Usage
+from ._messages import Usage
 
 __all__ = ("Price", "PriceTable", "PRICE_KEYS")
 

@@ -74,7 +74,7 @@ from ..kernel._foreign import chat_response_of, tool_result_of
 from ..kernel._mount_plan import CASSETTE_MODES, CassetteSpec
 from ..kernel._tracing import current_tool_call
 from ..models import ChatRequest, ChatResponse, ContentBlock, ToolResult, structure, unstructure
-from ..runtime._streaming import stream_opener
+from ._streaming import stream_opener
 
 try:
     import fcntl
