@@ -8,10 +8,11 @@ agents:
     tools: [{module: tool-filesystem}]         # plan sections: an overlay on the parent's
 ```
 
-A child's plan is the parent's plan with the agent's sections laid over it, as upstream
-merges them: ``providers`` / ``tools`` / ``hooks`` entries with the same ``module`` (or
-``instance_id``) are merged (their ``config`` tables deep-merged, the agent's values
-winning), other entries are appended; tables are merged key by key; any other value is
+A child's plan is the parent's plan with the agent's sections laid over it, by the one
+plan merge bundles use too (`kernel._overlay`, as a profile's ``extends`` merges):
+``providers`` / ``tools`` / ``hooks`` entries with the same ``instance_id`` / ``id`` /
+``module`` are merged (their ``config`` tables deep-merged, the agent's values winning),
+other entries are appended; tables are merged key by key; any other value, a list too, is
 replaced. An agent's ``agents`` is a filter on the parent's (``all``, ``none`` or a list of
 names).
 
@@ -58,6 +59,7 @@ from ..models import unstructure
 from ._budget import Budget
 from ._handle import current_turn
 from ._mount_plan import MountPlan
+from ._overlay import merge_plan
 from ._tracing import current_tool_call
 
 if TYPE_CHECKING:
@@ -108,7 +110,6 @@ _OWN_KEYS = frozenset(
 _SECTIONS = frozenset(
     {"session", "orchestrator", "context", "providers", "tools", "hooks", "agents", "includes"}
 )
-_MODULE_LISTS = ("providers", "tools", "hooks")
 _OWN_TABLES = ("session", "orchestrator", "context")  # a child's copies (small, changed)
 _PERSISTENT = "context-persistent"
 _MESSAGES_FILE = "context-messages.jsonl"  # context-persistent's name inside a session dir
@@ -185,59 +186,21 @@ def _entry(item: Any) -> dict[str, Any] | None:
     return dict(item) if isinstance(item, Mapping) else None
 
 
-def _key(entry: Mapping[str, Any]) -> Any:
-    return entry.get("instance_id") or entry.get("id") or entry.get("module")
-
-
-def _deep_merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in overlay.items():
-        current = merged.get(key)
-        if isinstance(current, Mapping) and isinstance(value, Mapping):
-            merged[key] = _deep_merge(current, value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _merge_entries(base: Any, overlay: Any) -> list[Any]:
-    """Module entries merged by id: same id → deep-merged (the overlay wins), else appended."""
-    merged: dict[Any, dict[str, Any]] = {}
-    order: list[Any] = []
-    for item in [*(base if isinstance(base, list) else ()), *(overlay or ())]:
-        entry = _entry(item)
-        if entry is None:
-            continue
-        key = _key(entry) or f"#{len(order)}"
-        if key in merged:
-            merged[key] = _deep_merge(merged[key], entry)
-        else:
-            merged[key] = entry
-            order.append(key)
-    return [merged[key] for key in order]
-
-
 def merge_overlay(parent: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
-    """The child plan: ``parent`` with the agent's plan sections laid over it (upstream's
-    merge, see the module docstring). Neither input is changed."""
+    """The child plan: ``parent`` with the agent's plan sections laid over it by the plan
+    merge bundles use too (`kernel._overlay`, lists replaced: a profile's ``extends``); the
+    agent's ``agents`` filters the parent's. Neither input is changed."""
     sections = {k: v for k, v in overlay.items() if k not in _OWN_KEYS}
     agent_filter = sections.pop("agents", None)
     # Tables the spawner may change are copied; the rest is shared with the parent (as
     # upstream's shallow merge does): a big provider script is not copied per child.
-    merged: dict[str, Any] = dict(parent)
+    base: dict[str, Any] = dict(parent)
     if agent_instruction(overlay) is not None:
-        merged.pop("instruction", None)  # the agent's system prompt, not the root's
+        base.pop("instruction", None)  # the agent's system prompt, not the root's
     for key in _OWN_TABLES:
-        if isinstance(merged.get(key), Mapping):
-            merged[key] = _copy_tree(merged[key])
-    for key, value in _copy_tree(sections).items():
-        current = merged.get(key)
-        if key in _MODULE_LISTS and isinstance(value, list):
-            merged[key] = _merge_entries(current, value)
-        elif isinstance(current, Mapping) and isinstance(value, Mapping):
-            merged[key] = _deep_merge(current, value)
-        else:
-            merged[key] = value
+        if isinstance(base.get(key), Mapping):
+            base[key] = _copy_tree(base[key])
+    merged = merge_plan(base, _copy_tree(sections), lists="replace")
     if agent_filter == "none":
         merged["agents"] = {}
     elif isinstance(agent_filter, list):
