@@ -113,6 +113,7 @@ _SECTIONS = frozenset(
 _OWN_TABLES = ("session", "orchestrator", "context")  # a child's copies (small, changed)
 _PERSISTENT = "context-persistent"
 _MESSAGES_FILE = "context-messages.jsonl"  # context-persistent's name inside a session dir
+_KEEP_TIMEOUT = 5.0  # seconds a cut child's record may take to keep (shielded)
 _SPAN = re.compile(r"^[0-9a-f]{16}_(.+)$")
 _LAST_SPAN = re.compile(r".*-[0-9a-f]{16}_(.+)$", re.DOTALL)
 
@@ -400,6 +401,7 @@ class Delegation:
         self._children: dict[str, _Child] = {}
         self._named: set[str] = set()  # ids new_child_id handed out
         self._lanes: dict[str, int] = {}  # lanes handed out, by their stem: how many
+        self._answers: dict[str, dict[str, Any]] = {}  # each child's last answer
 
     def register(self) -> None:
         """Offer the four capabilities on the session's coordinator."""
@@ -409,6 +411,7 @@ class Delegation:
         coordinator.register_capability("session.spawn", self.spawn)
         coordinator.register_capability("session.resume", self.resume)
         coordinator.register_capability("session.new_child_id", self.new_child_id)
+        coordinator.register_capability("session.child_answer", self.child_answer)
 
     @property
     def agents(self) -> dict[str, dict[str, Any]]:
@@ -668,13 +671,44 @@ class Delegation:
                 await anyio.to_thread.run_sync(
                     _write_metadata, record.transcript, _metadata(parent, child)
                 )
-            result: TurnResult = await child.run(instruction)
+            self._answers.pop(child.session_id, None)
+            try:
+                result: TurnResult = await child.run(instruction)
+            except anyio.get_cancelled_exc_class():
+                # cut by the host or an immediate cancel: what a resume needs is kept (the
+                # history, with a context that does not persist it) and what it spent
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_KEEP_TIMEOUT):
+                    await self._keep(child, record, context)
+                raise
             if record.transcript is None:  # nothing persists it: keep it for a resume
                 record.messages = copy.deepcopy(await context.get_messages())
         self._children[child.session_id] = record
+        self._answers[child.session_id] = self._answer(
+            child.session_id, result, child.coordinator.turn.budget.cost_usd
+        )
         if result.error is not None:
             raise result.error
         return result
+
+    async def _keep(self, child: Any, record: _Child, context: Any) -> None:
+        """A cut child's record (its history, when nothing persists it) and its answer as
+        it stood (`child_answer`)."""
+        self._children[child.session_id] = record
+        handle = child.coordinator.turn
+        partial = getattr(handle, "partial", None)
+        if partial is not None:
+            self._answers[child.session_id] = self._answer(
+                child.session_id, partial(), handle.budget.cost_usd
+            )
+        if record.transcript is None:
+            record.messages = copy.deepcopy(await context.get_messages())
+
+    def child_answer(self, sub_session_id: str) -> dict[str, Any] | None:
+        """The answer of a child's last turn as it stood when it ended — a turn a cancel
+        cut short too (status ``cancelled``, with what it spent and its ``turn_count``) —
+        or None (capability ``session.child_answer``; ours, tool-task reads it)."""
+        answer = self._answers.get(sub_session_id)
+        return dict(answer) if answer is not None else None
 
     @staticmethod
     def _answer(child_id: str, result: TurnResult, cost_usd: float) -> dict[str, Any]:
