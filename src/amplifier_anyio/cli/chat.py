@@ -88,6 +88,7 @@ __all__ = (
     "transcript_markdown",
     "LineReader",
     "WordWrap",
+    "terminal_width",
     "PROMPT",
 )
 
