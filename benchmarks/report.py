@@ -23,7 +23,14 @@ from amplifier_anyio.bench.report import (
 from amplifier_anyio.bench.timing import ratio
 from amplifier_anyio.errors import ConfigError
 
-__all__ = ("extension_tables", "plotting_problem", "plot_format_problem", "write_plot")
+__all__ = (
+    "extension_tables",
+    "plotting_problem",
+    "plot_format_problem",
+    "write_plot",
+    "plot_figure",
+    "NOISE_LABEL",
+)
 
 
 def _turn_table(report: dict[str, Any], markdown: bool) -> Table:
@@ -287,10 +294,25 @@ def plot_format_problem(path: Path) -> str | None:
 
 
 _PLOT_FROM = 10
+NOISE_LABEL = "below the floor: noise, drawn at 0"
+"""The legend of the hollow markers a plot draws at zero for an overhead below zero (a
+busy machine's noise, never a speed-up; the tables show it as `BELOW_NOISE`)."""
 
 
 def write_plot(report: dict[str, Any], path: Path) -> None:
     """Overhead per call over the floor against N (log x), one panel per delay."""
+    plt = importlib.import_module("matplotlib.pyplot")
+    figure = plot_figure(report)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def plot_figure(report: dict[str, Any]) -> Any:
+    """The plot `write_plot` saves, as a matplotlib figure (the caller closes it).
+
+    An overhead below zero is clipped at zero and drawn as a hollow marker labelled
+    `NOISE_LABEL`: ours cannot beat the floor doing more work, so a negative difference
+    of two medians is the machine's noise."""
     problem = plotting_problem()
     if problem is not None:
         raise ConfigError(problem)
@@ -304,8 +326,7 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
         _plot_panel(axis, [c for c in cases if c["delay_ms"] == delay], delay)
     figure.suptitle("amplifier-anyio: full-loop fan-out overhead over a bare task group")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    return figure
 
 
 def _plot_panel(axis: Any, cases: list[dict[str, Any]], delay: float) -> None:
@@ -314,20 +335,34 @@ def _plot_panel(axis: Any, cases: list[dict[str, Any]], delay: float) -> None:
     if any(c["n"] >= _PLOT_FROM for c in cases):
         cases = [c for c in cases if c["n"] >= _PLOT_FROM]
     series = sorted({(c["backend"], c["hooks"]) for c in cases})
+    noise: list[tuple[float, float]] = []
     for backend, hooks in series:
         points = sorted(
             (c["n"], c["overhead_us_per_call"])
             for c in cases
             if (c["backend"], c["hooks"]) == (backend, hooks)
         )
+        noise.extend((n, 0.0) for n, value in points if value < 0)
         axis.plot(
             [n for n, _ in points],
-            [value for _, value in points],
+            [max(value, 0.0) for _, value in points],
             marker="o",
             linestyle="-" if hooks == 0 else "--",
             label=f"{backend}, K={hooks}",
         )
+    if noise:
+        axis.plot(
+            [n for n, _ in noise],
+            [value for _, value in noise],
+            linestyle="none",
+            marker="o",
+            markersize=11,
+            markerfacecolor="none",
+            markeredgecolor="red",
+            label=NOISE_LABEL,
+        )
     axis.axhline(0, color="grey", linewidth=0.6)
+    axis.set_ylim(bottom=0)
     axis.set_xscale("log")
     axis.set_xlabel("tool calls per turn (N)")
     axis.set_ylabel("µs per call over the floor (median)")

@@ -241,8 +241,9 @@ def test_chat_shows_sub_agents_compactly_and_sessions_show_draws_them(
     assert "root answer" in result.stdout
     listed = CliRunner().invoke(app, ["sessions", "list", "--json"])
     sessions = [json.loads(line) for line in listed.stdout.splitlines()]
-    root = next(s for s in sessions if s["title"] == "go")
-    child = next(s for s in sessions if s["title"] == "dig")
+    (root,) = sessions  # one row per root session, its children nested
+    (child,) = root["sub_sessions"]
+    assert child["title"] == "dig"
     assert child["session_id"].startswith(f"{root['session_id']}-")
     shown = CliRunner().invoke(app, ["sessions", "show", root["session_id"]])
     assert f"  └─ researcher  {child['session_id']}  2 msgs  dig" in shown.stdout

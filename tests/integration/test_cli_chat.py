@@ -75,7 +75,7 @@ def environment(home: Path) -> dict[str, str]:
     return env
 
 
-def spawn(home: Path, *args: str) -> Any:
+def spawn(home: Path, *args: str, columns: int = 250) -> Any:
     return pexpect.spawn(
         console_script(),
         list(args),
@@ -83,7 +83,7 @@ def spawn(home: Path, *args: str) -> Any:
         env=environment(home),
         encoding="utf-8",
         timeout=TIMEOUT,
-        dimensions=(50, 250),
+        dimensions=(50, columns),
     )
 
 
@@ -158,6 +158,22 @@ def test_two_prompts_share_one_session_and_resume_restores_it(home: Path, backen
 
     users = [m["content"] for m in stored(home, session_id) if m["role"] == "user"]
     assert users == ["hello there", "and now this", "third"]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_answers_wrap_at_word_boundaries_at_the_terminals_edge(home: Path, backend: str) -> None:
+    child = spawn(home, "chat", "--backend", backend, columns=30)
+    child.expect_exact(PROMPT)
+    child.sendline("hello there")
+    child.expect_exact("Your prompt has")
+    child.expect_exact(PROMPT)
+    answer = ("Your prompt has" + child.before).replace("\r\n", "\n")
+    child.sendline("/exit")
+    assert finish(child) == 0
+
+    # the terminal would have cut "characters." after "charac"
+    assert "Your prompt has 2 words and 11\ncharacters." in answer
+    assert all(len(line) <= 30 for line in answer.split("\n"))
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

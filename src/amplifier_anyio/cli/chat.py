@@ -20,6 +20,7 @@ import enum
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import sys
@@ -31,6 +32,7 @@ from typing import Annotated, Any
 import anyio
 import attrs
 import typer
+from rich.cells import cell_len
 
 from ..contexts.persistent import default_path, lock_path_for
 from ..errors import CassetteMismatchError
@@ -80,7 +82,15 @@ from .run import (
 )
 from .sessions import SessionInfo, describe_message, describe_pending, find_session
 
-__all__ = ("chat_command", "chat_plan", "transcript_markdown", "LineReader", "PROMPT")
+__all__ = (
+    "chat_command",
+    "chat_plan",
+    "transcript_markdown",
+    "LineReader",
+    "WordWrap",
+    "terminal_width",
+    "PROMPT",
+)
 
 PROMPT = "you> "
 """What the REPL shows when it waits for a line."""
@@ -205,6 +215,8 @@ class _Repl:
         self.presses = 0
         self.idle_presses = 0
         self.streamed = False
+        self.wrap = WordWrap(None)
+        """The answer being printed, broken at spaces before the terminal's edge."""
         self.drifted = False
         """A replayed turn left its cassette: nothing later can be answered; leave, exit 1."""
         self.decisions: dict[str, str] = {}
@@ -382,6 +394,7 @@ class _Repl:
     ) -> None:
         """One turn for ``prompt``; with None, the last turn resumed (with ``approvals``)."""
         self.streamed = False
+        self.wrap = WordWrap(terminal_width())
         self.state = _State.TURN
         try:
             if prompt is None:
@@ -395,9 +408,9 @@ class _Repl:
         finally:
             self.state = _State.IDLE
         if self.streamed:
-            say("", console=out)
+            say(self.wrap.flush(), console=out)
         elif result.text:
-            say(result.text, console=out)
+            say(self.wrap.feed(result.text) + self.wrap.flush(), console=out)
         if result.status is TurnStatus.CANCELLED:
             say("(turn cancelled)")
         elif result.status is TurnStatus.ERROR:
@@ -445,12 +458,12 @@ class _Repl:
 
     def _on_block_start(self, event: str, data: dict[str, Any]) -> HookResult:
         if data.get("block_type") == "text" and self.streamed:
-            say("", console=out)
+            say(self.wrap.flush(), console=out)
         return HookResult()
 
     def _on_delta(self, event: str, data: dict[str, Any]) -> HookResult:
         if data.get("block_type") == "text" and isinstance(data.get("delta"), str):
-            say(data["delta"], console=out, end="")
+            say(self.wrap.feed(data["delta"]), console=out, end="")
             self.streamed = True
         return HookResult()
 
@@ -502,6 +515,88 @@ class _Repl:
             say(f"error: /save {path}: {exc.strerror or exc}")
             return
         say(f"(saved {len(messages)} messages to {path})")
+
+
+def terminal_width() -> int | None:
+    """The width answers are wrapped to: the terminal's (``COLUMNS`` first), or None when
+    standard output is not a terminal (a pipe gets the text as it is)."""
+    try:
+        if not sys.stdout.isatty():
+            return None
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return None
+    return max(shutil.get_terminal_size().columns, 1)
+
+
+@attrs.define(eq=False)
+class WordWrap:
+    """Text printed piece by piece (a streamed answer), broken at spaces before the
+    terminal's edge, so no word is cut in two where the terminal would wrap it.
+
+    A word that would cross the edge starts the next line (the spaces before it are
+    dropped); a word longer than a whole line is cut at the edge; the spaces at the start
+    of a line (indentation) are kept. The last word of a piece is held until a space, a
+    newline or `flush` shows where it ends. Widths are terminal cells (a wide character
+    counts two). With ``width`` None, text passes through unchanged.
+    """
+
+    width: int | None
+    column: int = 0
+    """Cells already printed on the current line."""
+    gap: str = ""
+    """Spaces read but not printed yet (they print with the word after them)."""
+    word: str = ""
+    """The word being read."""
+
+    def feed(self, text: str) -> str:
+        """What to print now for ``text``."""
+        if self.width is None:
+            return text
+        printed: list[str] = []
+        for char in text:
+            if char == "\n":
+                printed.append(self._place())
+                printed.append("\n")
+                self.column, self.gap = 0, ""
+            elif char in " \t":
+                printed.append(self._place())
+                self.gap += " " if char == "\t" else char
+            else:
+                self.word += char
+        return "".join(printed)
+
+    def flush(self) -> str:
+        """What is held back (the last word), for the end of an answer; the next text
+        starts a new line."""
+        if self.width is None:
+            return ""
+        placed = self._place()
+        self.column, self.gap = 0, ""
+        return placed
+
+    def _place(self) -> str:
+        if not self.word:
+            return ""
+        assert self.width is not None
+        word, gap = self.word, self.gap
+        self.word = self.gap = ""
+        printed: list[str] = []
+        if self.column and self.column + cell_len(gap) + cell_len(word) > self.width:
+            printed.append("\n")
+            self.column, gap = 0, ""
+        text = gap + word
+        while self.column + cell_len(text) > self.width:
+            cut, cells = 0, self.column
+            while cells + cell_len(text[cut]) <= self.width:
+                cells += cell_len(text[cut])
+                cut += 1
+            if cut == 0 and self.column == 0:  # a character wider than the line
+                cut = 1
+            printed.append(text[:cut] + "\n")
+            text, self.column = text[cut:], 0
+        printed.append(text)
+        self.column += cell_len(text)
+        return "".join(printed)
 
 
 def _agent_named(data: dict[str, Any]) -> str:

@@ -7,8 +7,14 @@ sessions of the working directory (``--all``: of every directory), newest first;
 prints one conversation, then the tree of its sub-agent sessions (children persisted next
 to it by tool-task, each with a ``metadata.json`` naming its parent; ``docs/agents.md``);
 ``rm`` deletes one (asking first on a terminal; ``--yes`` does
-not ask, and off a terminal is required). A session is named by its id or by an
-unambiguous prefix of it, in any project.
+not ask, and off a terminal is required). ``list`` shows root sessions only, one row each
+with its sub-agent sessions counted (``--json`` nests them).
+
+A session is named by its id, or by a prefix of it (4 characters at least), in any
+project. A child's id begins with its parent's (``{parent}-{span}_{agent}``), so a prefix
+is read against the root sessions first: a prefix that matches one root session names it,
+whatever children it has; only a prefix that matches no root session (it goes past the
+root's id) names a sub-agent session.
 
 ``approve ID CALL allow|deny`` decides a tool call a turn left waiting for approval
 (``docs/durable.md``); ``run --resume ID`` (or ``chat --resume ID``, then ``/resume``)
@@ -40,6 +46,7 @@ from ..contexts import _jsonl, _store
 from ..contexts.durable import approve, pending_approvals
 from ..contexts.persistent import CONTEXT_MESSAGES_FILENAME, amplifier_home, default_path
 from ..errors import ContextFileError, SessionError
+from ..kernel._ids import agent_of_child_id
 from ..kernel._turns import PendingApproval
 from ..session._agents import read_metadata
 from ._common import fail, one_line, out, say
@@ -49,6 +56,7 @@ __all__ = (
     "SessionInfo",
     "find_session",
     "list_sessions",
+    "root_sessions",
     "project_sessions_dir",
     "list_command",
     "show_command",
@@ -82,6 +90,10 @@ class SessionInfo:
     messages: int
     title: str
     """The first user prompt, on one line."""
+    parent_id: str | None = None
+    """The session that spawned it (a sub-agent session); None for a root session."""
+    agent: str | None = None
+    """The agent a sub-agent session runs."""
 
     @property
     def directory(self) -> Path:
@@ -110,12 +122,21 @@ def _info(path: Path) -> SessionInfo | None:
     title = next(
         (_text(m) for m in messages if m.get("role") == "user" and _text(m).strip()), "(empty)"
     )
+    session_id = path.parent.name
+    metadata = read_metadata(path) or {}
+    parent = metadata.get("parent_id")
+    agent = metadata.get("agent_name")
+    if not isinstance(parent, str) or not parent:  # no metadata: the id's own shape
+        agent = agent_of_child_id(session_id)
+        parent = session_id[: -len(f"-{'0' * 16}_{agent}")] if agent else None
     return SessionInfo(
-        session_id=path.parent.name,
+        session_id=session_id,
         path=path,
         updated=datetime.fromtimestamp(stat.st_mtime).astimezone(),
         messages=len(messages),
         title=one_line(title),
+        parent_id=parent or None,
+        agent=agent if isinstance(agent, str) else None,
     )
 
 
@@ -132,8 +153,35 @@ def list_sessions(*, every_project: bool = False) -> list[SessionInfo]:
     return sorted(found, key=lambda info: info.updated, reverse=True)
 
 
+def root_sessions(sessions: list[SessionInfo]) -> list[tuple[SessionInfo, list[SessionInfo]]]:
+    """Each root session of ``sessions`` with its sub-agent sessions (every level, in the
+    order given), in the order given. A sub-agent session whose root is not among them (it
+    was removed) counts as a root."""
+    by_id = {info.session_id: info for info in sessions}
+
+    def root_of(info: SessionInfo) -> SessionInfo:
+        seen = {info.session_id}
+        while info.parent_id in by_id and info.parent_id not in seen:
+            info = by_id[info.parent_id]
+            seen.add(info.session_id)
+        return info
+
+    below: dict[str, list[SessionInfo]] = {}
+    roots: list[SessionInfo] = []
+    for info in sessions:
+        root = root_of(info)
+        if root is info:
+            roots.append(info)
+        else:
+            below.setdefault(root.session_id, []).append(info)
+    return [(root, below.get(root.session_id, [])) for root in roots]
+
+
 def find_session(name: str) -> SessionInfo:
-    """The session an id (or a prefix of one) names, in any project; else one line, exit 2."""
+    """The session an id (or a prefix of one) names, in any project; else one line, exit 2.
+
+    A prefix names the root session it matches (a child's id begins with its parent's);
+    only a prefix that matches no root session names a sub-agent session."""
     name = name.strip()
     if not name or "/" in name or name in (".", ".."):
         raise fail(f"not a session id: {name!r}")
@@ -144,6 +192,8 @@ def find_session(name: str) -> SessionInfo:
             return info
     if len(name) >= _MIN_PREFIX:
         matches = [i for i in list_sessions(every_project=True) if i.session_id.startswith(name)]
+        roots = [info for info in matches if info.parent_id is None]
+        matches = roots or matches
         if len(matches) == 1:
             return matches[0]
         if matches:
@@ -162,25 +212,41 @@ def list_command(
     ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="One JSON object a line.")] = False,
 ) -> None:
-    """List the saved sessions, newest first: id, last change, messages, first prompt."""
-    sessions = list_sessions(every_project=every_project)
-    for info in sessions:
+    """List the saved sessions, newest first: id, last change, messages, sub-agent
+    sessions, first prompt (one row per root session; sessions show ID draws its tree)."""
+    sessions = root_sessions(list_sessions(every_project=every_project))
+    for info, children in sessions:
         if json_output:
             record = {
-                "session_id": info.session_id,
-                "updated": info.updated.isoformat(timespec="seconds"),
-                "messages": info.messages,
-                "title": info.title,
-                "path": str(info.path),
+                **_record(info),
+                "sub_sessions": [
+                    {**_record(child), "parent_id": child.parent_id, "agent": child.agent}
+                    for child in children
+                ],
             }
             say(json.dumps(record, ensure_ascii=False), console=out)
             continue
         when = info.updated.strftime("%Y-%m-%d %H:%M")
         title = info.title if len(info.title) <= 60 else info.title[:59] + "…"
-        say(f"{info.session_id}  {when}  {info.messages:>4} msgs  {title}", console=out)
+        agents = f"  +{len(children)} sub-agent{'s' if len(children) != 1 else ''}"
+        say(
+            f"{info.session_id}  {when}  {info.messages:>4} msgs{agents if children else ''}"
+            f"  {title}",
+            console=out,
+        )
     if not sessions and not json_output:
         where = "anywhere" if every_project else "for this directory (--all: every directory)"
         say(f"no saved sessions {where}")
+
+
+def _record(info: SessionInfo) -> dict[str, Any]:
+    return {
+        "session_id": info.session_id,
+        "updated": info.updated.isoformat(timespec="seconds"),
+        "messages": info.messages,
+        "title": info.title,
+        "path": str(info.path),
+    }
 
 
 @app.command("show")

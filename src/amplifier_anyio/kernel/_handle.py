@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -88,6 +88,10 @@ class TurnHandle:
     budget: BudgetMeter = attrs.field(factory=BudgetMeter)
     """What the turn (and every sub-agent below it) spent, against its limits (§14): a
     limit reached cancels this turn at once (`_budget`)."""
+    partial: Callable[[], Any] | None = attrs.field(default=None, repr=False)
+    """The turn's result as it stands, set by the engine that runs it: what a turn a
+    cancel cut short had spent and how many provider calls it made, for whoever reports it
+    (a cancelled sub-agent's ``task:agent_completed``). None before the engine runs."""
     _phase: TurnPhase = attrs.field(default=TurnPhase.ACCEPTED, init=False)
     _pending: dict[str, Any] | None = attrs.field(default=None, init=False)
 

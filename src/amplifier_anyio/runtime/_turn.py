@@ -195,6 +195,7 @@ class Turn:
         """Run the turn to its end; the host's own cancellation propagates (after the
         terminal events), every other ending is in the result."""
         deadline = self.handle.start(self.config.turn_timeout)
+        self.handle.partial = self.result  # a cut turn still tells what it spent
         with trace_scope(self.trace_id), turn_scope(self.handle):
             try:
                 with anyio.CancelScope(deadline=deadline) as scope, self.bind_scope(scope):

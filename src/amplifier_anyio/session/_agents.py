@@ -8,10 +8,11 @@ agents:
     tools: [{module: tool-filesystem}]         # plan sections: an overlay on the parent's
 ```
 
-A child's plan is the parent's plan with the agent's sections laid over it, as upstream
-merges them: ``providers`` / ``tools`` / ``hooks`` entries with the same ``module`` (or
-``instance_id``) are merged (their ``config`` tables deep-merged, the agent's values
-winning), other entries are appended; tables are merged key by key; any other value is
+A child's plan is the parent's plan with the agent's sections laid over it, by the one
+plan merge bundles use too (`kernel._overlay`, as a profile's ``extends`` merges):
+``providers`` / ``tools`` / ``hooks`` entries with the same ``instance_id`` / ``id`` /
+``module`` are merged (their ``config`` tables deep-merged, the agent's values winning),
+other entries are appended; tables are merged key by key; any other value, a list too, is
 replaced. An agent's ``agents`` is a filter on the parent's (``all``, ``none`` or a list of
 names).
 
@@ -57,6 +58,7 @@ from ..events import SESSION_FORK
 from ..kernel._budget import Budget
 from ..kernel._handle import current_turn
 from ..kernel._mount_plan import MountPlan
+from ..kernel._overlay import merge_plan
 from ..kernel._tracing import current_tool_call
 from ..models import unstructure
 
@@ -108,10 +110,10 @@ _OWN_KEYS = frozenset(
 _SECTIONS = frozenset(
     {"session", "orchestrator", "context", "providers", "tools", "hooks", "agents", "includes"}
 )
-_MODULE_LISTS = ("providers", "tools", "hooks")
 _OWN_TABLES = ("session", "orchestrator", "context")  # a child's copies (small, changed)
 _PERSISTENT = "context-persistent"
 _MESSAGES_FILE = "context-messages.jsonl"  # context-persistent's name inside a session dir
+_KEEP_TIMEOUT = 5.0  # seconds a cut child's record may take to keep (shielded)
 _SPAN = re.compile(r"^[0-9a-f]{16}_(.+)$")
 ChildSetup = Callable[[Any], Awaitable[None] | None]
 """A host's callback for each child session, once it is opened and before its turn
@@ -174,59 +176,21 @@ def _entry(item: Any) -> dict[str, Any] | None:
     return dict(item) if isinstance(item, Mapping) else None
 
 
-def _key(entry: Mapping[str, Any]) -> Any:
-    return entry.get("instance_id") or entry.get("id") or entry.get("module")
-
-
-def _deep_merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in overlay.items():
-        current = merged.get(key)
-        if isinstance(current, Mapping) and isinstance(value, Mapping):
-            merged[key] = _deep_merge(current, value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _merge_entries(base: Any, overlay: Any) -> list[Any]:
-    """Module entries merged by id: same id → deep-merged (the overlay wins), else appended."""
-    merged: dict[Any, dict[str, Any]] = {}
-    order: list[Any] = []
-    for item in [*(base if isinstance(base, list) else ()), *(overlay or ())]:
-        entry = _entry(item)
-        if entry is None:
-            continue
-        key = _key(entry) or f"#{len(order)}"
-        if key in merged:
-            merged[key] = _deep_merge(merged[key], entry)
-        else:
-            merged[key] = entry
-            order.append(key)
-    return [merged[key] for key in order]
-
-
 def merge_overlay(parent: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
-    """The child plan: ``parent`` with the agent's plan sections laid over it (upstream's
-    merge, see the module docstring). Neither input is changed."""
+    """The child plan: ``parent`` with the agent's plan sections laid over it by the plan
+    merge bundles use too (`kernel._overlay`, lists replaced: a profile's ``extends``); the
+    agent's ``agents`` filters the parent's. Neither input is changed."""
     sections = {k: v for k, v in overlay.items() if k not in _OWN_KEYS}
     agent_filter = sections.pop("agents", None)
     # Tables the spawner may change are copied; the rest is shared with the parent (as
     # upstream's shallow merge does): a big provider script is not copied per child.
-    merged: dict[str, Any] = dict(parent)
+    base: dict[str, Any] = dict(parent)
     if agent_instruction(overlay) is not None:
-        merged.pop("instruction", None)  # the agent's system prompt, not the root's
+        base.pop("instruction", None)  # the agent's system prompt, not the root's
     for key in _OWN_TABLES:
-        if isinstance(merged.get(key), Mapping):
-            merged[key] = _copy_tree(merged[key])
-    for key, value in _copy_tree(sections).items():
-        current = merged.get(key)
-        if key in _MODULE_LISTS and isinstance(value, list):
-            merged[key] = _merge_entries(current, value)
-        elif isinstance(current, Mapping) and isinstance(value, Mapping):
-            merged[key] = _deep_merge(current, value)
-        else:
-            merged[key] = value
+        if isinstance(base.get(key), Mapping):
+            base[key] = _copy_tree(base[key])
+    merged = merge_plan(base, _copy_tree(sections), lists="replace")
     if agent_filter == "none":
         merged["agents"] = {}
     elif isinstance(agent_filter, list):
@@ -426,6 +390,7 @@ class Delegation:
         self._children: dict[str, _Child] = {}
         self._named: set[str] = set()  # ids new_child_id handed out
         self._lanes: dict[str, int] = {}  # lanes handed out, by their stem: how many
+        self._answers: dict[str, dict[str, Any]] = {}  # each child's last answer
 
     def register(self) -> None:
         """Offer the four capabilities on the session's coordinator."""
@@ -435,6 +400,7 @@ class Delegation:
         coordinator.register_capability("session.spawn", self.spawn)
         coordinator.register_capability("session.resume", self.resume)
         coordinator.register_capability("session.new_child_id", self.new_child_id)
+        coordinator.register_capability("session.child_answer", self.child_answer)
 
     @property
     def agents(self) -> dict[str, dict[str, Any]]:
@@ -694,13 +660,44 @@ class Delegation:
                 await anyio.to_thread.run_sync(
                     _write_metadata, record.transcript, _metadata(parent, child)
                 )
-            result: TurnResult = await child.run(instruction)
+            self._answers.pop(child.session_id, None)
+            try:
+                result: TurnResult = await child.run(instruction)
+            except anyio.get_cancelled_exc_class():
+                # cut by the host or an immediate cancel: what a resume needs is kept (the
+                # history, with a context that does not persist it) and what it spent
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_KEEP_TIMEOUT):
+                    await self._keep(child, record, context)
+                raise
             if record.transcript is None:  # nothing persists it: keep it for a resume
                 record.messages = copy.deepcopy(await context.get_messages())
         self._children[child.session_id] = record
+        self._answers[child.session_id] = self._answer(
+            child.session_id, result, child.coordinator.turn.budget.cost_usd
+        )
         if result.error is not None:
             raise result.error
         return result
+
+    async def _keep(self, child: Any, record: _Child, context: Any) -> None:
+        """A cut child's record (its history, when nothing persists it) and its answer as
+        it stood (`child_answer`)."""
+        self._children[child.session_id] = record
+        handle = child.coordinator.turn
+        partial = getattr(handle, "partial", None)
+        if partial is not None:
+            self._answers[child.session_id] = self._answer(
+                child.session_id, partial(), handle.budget.cost_usd
+            )
+        if record.transcript is None:
+            record.messages = copy.deepcopy(await context.get_messages())
+
+    def child_answer(self, sub_session_id: str) -> dict[str, Any] | None:
+        """The answer of a child's last turn as it stood when it ended — a turn a cancel
+        cut short too (status ``cancelled``, with what it spent and its ``turn_count``) —
+        or None (capability ``session.child_answer``; ours, tool-task reads it)."""
+        answer = self._answers.get(sub_session_id)
+        return dict(answer) if answer is not None else None
 
     @staticmethod
     def _answer(child_id: str, result: TurnResult, cost_usd: float) -> dict[str, Any]:

@@ -33,7 +33,6 @@ ours (no upstream feature in it) comes back unchanged. The merge functions `comp
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -45,6 +44,7 @@ import attrs
 
 from ..errors import AmplifierError, ConfigError, ModuleLoadError, describe
 from ..kernel._mount_plan import MountPlan, parse_document
+from ..kernel._overlay import MODULE_LISTS, merge_plan
 from ..kernel._sources import GitSource, fetch_git_source, is_git_source
 
 __all__ = (
@@ -67,7 +67,7 @@ WELL_KNOWN_BUNDLES: dict[str, str] = {
 """Bundle names upstream's CLI knows without being told (``includes: [foundation]``,
 ``foundation:behaviors/x``); a ``registry`` given to the resolver adds or replaces names."""
 
-_MODULE_LISTS = ("providers", "tools", "hooks")
+_MODULE_LISTS = MODULE_LISTS
 _PLAN_KEYS = ("session", "orchestrator", "context", *_MODULE_LISTS, "agents", "instruction")
 _UPSTREAM_KEYS = ("bundle", "profile", "includes")
 _SUFFIXES = (".yaml", ".yml", ".md", ".toml")
@@ -177,77 +177,23 @@ def plan_of(resolved: ResolvedPlan) -> MountPlan:
 def compose(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
     """``overlay`` composed over ``base`` as upstream composes an include and its includer.
 
-    ``providers`` / ``tools`` / ``hooks`` merge by module id (`_merge_entries`), ``agents``
-    by name (the overlay's definition wins), ``context`` files accumulate, the overlay's
-    ``instruction`` replaces; any other table merges key by key, lists concatenating
-    without duplicates; any other value is replaced.
+    The plan merge of `kernel._overlay` with lists concatenating without duplicates:
+    ``providers`` / ``tools`` / ``hooks`` merge by module id, ``context`` files
+    accumulate, the overlay's ``instruction`` replaces; ``agents`` merge by name (the
+    overlay's definition wins whole).
     """
-    result = dict(base)
-    for key, value in overlay.items():
-        if key not in result:
-            result[key] = value
-        elif key in _MODULE_LISTS and isinstance(value, list):
-            result[key] = _merge_entries(result[key], value, lists="concatenate")
-        elif key == "agents" and isinstance(value, Mapping) and isinstance(result[key], Mapping):
-            result[key] = {**result[key], **value}
-        elif key == "context_files":
-            result[key] = [*result[key], *(f for f in value if f not in result[key])]
-        else:
-            result[key] = _merged(result[key], value, lists="concatenate")
+    result = merge_plan(base, overlay, lists="concatenate")
+    agents, own = base.get("agents"), overlay.get("agents")
+    if isinstance(agents, Mapping) and isinstance(own, Mapping):
+        result["agents"] = {**agents, **own}
     return result
 
 
 def extend(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
-    """``child`` profile over its ``parent`` as upstream's profiles merge: module lists by
-    module id, tables key by key, any other value (a list too) replaced by the child's."""
-    result = dict(parent)
-    for key, value in child.items():
-        if key not in result:
-            result[key] = value
-        elif key in _MODULE_LISTS and isinstance(value, list):
-            result[key] = _merge_entries(result[key], value, lists="replace")
-        elif key == "context_files":
-            result[key] = [*result[key], *(f for f in value if f not in result[key])]
-        else:
-            result[key] = _merged(result[key], value, lists="replace")
-    return result
-
-
-def _merged(base: Any, overlay: Any, *, lists: str) -> Any:
-    if isinstance(base, Mapping) and isinstance(overlay, Mapping):
-        result = dict(base)
-        for key, value in overlay.items():
-            result[key] = _merged(result[key], value, lists=lists) if key in result else value
-        return result
-    if lists == "concatenate" and isinstance(base, list) and isinstance(overlay, list):
-        merged: list[Any] = []
-        seen: set[str] = set()
-        for item in (*base, *overlay):
-            key = json.dumps(item, sort_keys=True, default=str)
-            if key not in seen:
-                seen.add(key)
-                merged.append(item)
-        return merged
-    return overlay
-
-
-def _entry_key(entry: Any) -> Any:
-    if not isinstance(entry, Mapping):
-        return json.dumps(entry, sort_keys=True, default=str)
-    return entry.get("instance_id") or entry.get("id") or entry.get("module")
-
-
-def _merge_entries(base: Any, overlay: list[Any], *, lists: str) -> list[Any]:
-    """Module entries by id (``instance_id``, ``id`` or ``module``): one in both is merged
-    (``config`` tables key by key), a new one is appended."""
-    merged: dict[Any, Any] = {_entry_key(e): e for e in (base if isinstance(base, list) else [])}
-    for entry in overlay:
-        key = _entry_key(entry)
-        if key in merged and isinstance(entry, Mapping) and isinstance(merged[key], Mapping):
-            merged[key] = _merged(merged[key], entry, lists=lists)
-        else:
-            merged[key] = entry
-    return list(merged.values())
+    """``child`` profile over its ``parent`` as upstream's profiles merge (the plan merge of
+    `kernel._overlay`): module lists by module id, tables key by key, any other value (a
+    list too) replaced by the child's."""
+    return merge_plan(parent, child, lists="replace")
 
 
 # -- reading -------------------------------------------------------------------------------

@@ -224,7 +224,9 @@ class TaskTool:
             await hooks.emit(TASK_AGENT_COMPLETED, ended)
             return _failure(message)
         except BaseException:
-            # cancelled (or stopping): the pair of events still closes, bounded
+            # cancelled (or stopping): the pair of events still closes, bounded, with what
+            # the child spent and how many calls it made before the cut
+            ended.update(_spent(coordinator, child_id))
             with anyio.CancelScope(shield=True), anyio.move_on_after(_EVENT_TIMEOUT):
                 await hooks.emit(TASK_AGENT_COMPLETED, ended)
             raise
@@ -256,6 +258,16 @@ class TaskTool:
             output=output,
             error={"message": f"the agent's turn ended {why}", "type": "DelegationError"},
         )
+
+
+def _spent(coordinator: Any, child_id: str) -> dict[str, Any]:
+    """``turn_count``, ``usage`` and ``cost_usd`` of a child a cancel cut short, from its
+    session's ``session.child_answer`` ({} when it never ran or the session has none)."""
+    answer_of = coordinator.get_capability("session.child_answer")
+    answer = answer_of(child_id) if answer_of is not None else None
+    if not answer:
+        return {}
+    return {key: answer.get(key) for key in ("turn_count", "usage", "cost_usd")}
 
 
 def _agent_in(child_id: str) -> str | None:
