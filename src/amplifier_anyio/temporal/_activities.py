@@ -21,6 +21,7 @@ import anyio
 import attrs
 from temporalio import activity
 
+from ..contexts._journal import ArgumentsChangedError, call_digest
 from ..kernel._handle import TurnHandle
 from ..models import ToolCall, unstructure
 from ..runtime._requests import assistant_message, select_provider, tool_calls_of
@@ -44,11 +45,21 @@ class Mounted:
 
 class _Scratch:
     """The context of one activity: the messages it was given, what it adds, and the
-    journal protocol (so a tool sees its idempotency key)."""
+    journal protocol (so a tool sees its idempotency key, a deferred call is held, and an
+    allowed call runs only with the arguments the decision was made on)."""
 
-    def __init__(self, messages: list[dict[str, Any]], key: str | None = None) -> None:
+    def __init__(
+        self,
+        messages: list[dict[str, Any]],
+        key: str | None = None,
+        *,
+        decided: str | None = None,
+    ) -> None:
         self.messages = messages
         self.key = key
+        self.decided = decided
+        """The digest an ``allow`` was bound to (``call_digest``), or None."""
+        self.deferred: dict[str, Any] | None = None
 
     async def add_message(self, message: dict[str, Any]) -> None:
         self.messages.append(message)
@@ -66,7 +77,23 @@ class _Scratch:
         self, call_id: str, tool: str, arguments: Any, *, idempotent: bool = False
     ) -> str:
         await anyio.lowlevel.checkpoint()
+        if self.decided is not None and self.decided != call_digest(tool, arguments):
+            msg = (
+                f"the arguments of {tool} call {call_id} changed after it was approved; "
+                "it was not run"
+            )
+            raise ArgumentsChangedError(msg)
         return self.key or call_id
+
+    async def journal_deferred(self, call_id: str, tool: str, tool_input: Any, prompt: str) -> None:
+        await anyio.lowlevel.checkpoint()
+        self.deferred = {
+            "call_id": call_id,
+            "tool": tool,
+            "input": tool_input,
+            "prompt": prompt,
+            "digest": call_digest(tool, tool_input),
+        }
 
     async def journal_finished(self, call_id: str, content: str, *, success: bool = True) -> None:
         await anyio.lowlevel.checkpoint()
@@ -139,7 +166,13 @@ class SessionActivities:
 
     @activity.defn(name="amplifier-tool-call")
     async def tool_call(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One tool call (``tool:pre``, the tool, ``tool:post``); its ``role: tool`` message."""
+        """One tool call (``tool:pre``, the tool, ``tool:post``): its ``role: tool`` message,
+        and ``held`` (the call, its prompt and digest) when its approval was deferred.
+
+        ``decision`` (``{"decision": "allow" | "deny", "digest": ...}``) runs a held call
+        again: allowed, it runs only if its own arguments still have the decided digest
+        (else it is denied with the reason, not run); denied, it is answered without
+        running."""
         return await self._beating(lambda: self._tool_call(request))
 
     async def _tool_call(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -147,6 +180,11 @@ class SessionActivities:
         coordinator = mounted.coordinator
         item = request["call"]
         call = ToolCall(id=str(item["id"]), name=str(item["name"]), arguments=item["arguments"])
+        decision = request.get("decision") or {}
+        allowed = decision.get("decision") == "allow"
+        denied = {}
+        if decision.get("decision") == "deny":
+            denied[call.id] = str(decision.get("prompt", ""))
         batch = ToolBatch(
             calls=[call],
             tools=coordinator.get("tools") or {},
@@ -155,11 +193,17 @@ class SessionActivities:
             handle=TurnHandle(hooks=coordinator.hooks),
             config=mounted.batch_config,
             parallel_group_id=str(request["group"]),
+            approved=frozenset({call.id}) if allowed else frozenset(),
+            denied=denied,
         )
-        scratch = _Scratch([], key=str(request["key"]))
+        scratch = _Scratch(
+            [], key=str(request["key"]), decided=str(decision["digest"]) if allowed else None
+        )
         placeholder = {"role": "assistant", "content": [], "tool_calls": [unstructure(call)]}
         await batch.run(scratch, placeholder)  # type: ignore[arg-type]
         result: dict[str, Any] = scratch.messages[1]
+        if batch.held and scratch.deferred is not None:
+            return {**result, "held": scratch.deferred}
         return result
 
     async def _beating(self, work: Callable[[], Awaitable[T]]) -> T:

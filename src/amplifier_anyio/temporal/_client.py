@@ -19,6 +19,7 @@ import attrs
 from temporalio.client import (
     Client,
     WorkflowHandle,
+    WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
@@ -202,8 +203,28 @@ class DurableSession:
         found: list[dict[str, Any]] = await self._portal.call(self._handle.query, "messages")
         return found
 
+    async def approve(self, decisions: Mapping[str, Any]) -> list[str]:
+        """Decide held calls: ``{call_id: "allow" | "deny"}`` (bound to the call as it is
+        held), or ``{call_id: {"decision": "allow", "digest": d}}`` with the ``digest`` of
+        ``pending_approvals()`` the approver saw: an allowed call runs only with the
+        arguments of that digest, else it is denied and not run. An unknown or already
+        decided id, or a bad value, is a
+        [`DurableSessionError`][amplifier_anyio.DurableSessionError] and decides nothing.
+        Returns the ids decided."""
+
+        async def send() -> list[str]:
+            found: list[str] = await self._handle.execute_update("approve", dict(decisions))
+            return found
+
+        try:
+            return await self._portal.call(send)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            raise DurableSessionError(str(getattr(cause, "message", cause))) from exc
+
     async def pending_approvals(self) -> list[dict[str, Any]]:
-        """The calls that wait for a decision."""
+        """The held calls that wait for a decision: ``call_id``, ``tool``, ``input`` (the
+        call's own arguments), ``prompt`` and ``digest`` (what a decision binds to)."""
         found: list[dict[str, Any]] = await self._portal.call(
             self._handle.query, "pending_approvals"
         )

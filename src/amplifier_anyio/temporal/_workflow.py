@@ -23,7 +23,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from ..kernel._turns import TurnStatus
@@ -72,6 +72,11 @@ class SessionWorkflow:
         self._graceful = False
         self._turn_task: asyncio.Task[dict[str, Any]] | None = None
         self._last: dict[str, Any] | None = start.get("last")
+        self._pending: dict[str, dict[str, Any]] = {}
+        """Call id → the held call (tool, input, prompt, digest), in call order."""
+        self._decisions: dict[str, dict[str, Any]] = {}
+        """Call id → its decision (``decision``, the ``digest`` it binds to, ``prompt``)."""
+        self._rounds = 0
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> dict[str, Any]:
@@ -96,8 +101,41 @@ class SessionWorkflow:
 
     @workflow.query(name="pending_approvals")
     def pending_approvals(self) -> list[dict[str, Any]]:
-        """The calls that wait for a decision (none yet: approvals are not durable here)."""
-        return []
+        """The held calls still waiting for a decision: ``call_id``, ``tool``, ``input``
+        (the call's own arguments), ``prompt`` and ``digest`` (what a decision binds to)."""
+        return [dict(c) for i, c in self._pending.items() if i not in self._decisions]
+
+    @workflow.update(name="approve")
+    def approve(self, decisions: dict[str, Any]) -> list[str]:
+        """Decide held calls: ``{call_id: "allow" | "deny"}``, or ``{call_id: {"decision":
+        ..., "digest": ...}}`` to bind the decision to the arguments the approver saw. A
+        plain decision binds to the digest of the call as it is held. The ids decided."""
+        self._rounds += 1
+        for call_id, value in decisions.items():
+            decision, digest = _decision_of(call_id, value)
+            held = self._pending[call_id]
+            self._decisions[call_id] = {
+                "decision": decision,
+                "digest": digest or held["digest"],
+                "prompt": held["prompt"],
+                "round": self._rounds,
+            }
+        return list(decisions)
+
+    @approve.validator
+    def _check_approve(self, decisions: dict[str, Any]) -> None:
+        if not isinstance(decisions, dict) or not decisions:
+            msg = "approve: expected {call_id: 'allow' | 'deny'}, got no decision"
+            raise ApplicationError(msg, non_retryable=True)
+        for call_id, value in decisions.items():
+            if call_id not in self._pending:
+                waiting = ", ".join(self._pending) or "none"
+                msg = f"approve: no call {call_id!r} waits for an approval (waiting: {waiting})"
+                raise ApplicationError(msg, non_retryable=True)
+            if call_id in self._decisions:
+                msg = f"approve: call {call_id!r} is already decided"
+                raise ApplicationError(msg, non_retryable=True)
+            _decision_of(call_id, value)
 
     @workflow.query(name="last_result")
     def last_result(self) -> dict[str, Any] | None:
@@ -217,26 +255,84 @@ class SessionWorkflow:
         return reply
 
     async def _batch(self, turn: _TurnState, calls: list[dict[str, Any]]) -> None:
-        """Start every call at once; append one result per call, in call order."""
-        spec = self._settings["tools"]
+        """Start every call at once; append one result per call, in call order.
+
+        A call whose approval is deferred is held: it waits here for the update
+        ``approve`` (the batch's other calls keep their results meanwhile), then runs again
+        allowed (bound to the decided digest) or is answered denied. A cancel answers the
+        calls still held *cancelled*."""
         group = workflow.uuid4().hex
+        results: dict[str, dict[str, Any]] = {}
+        unfinished: dict[str, str] = {}
+        round_: list[tuple[int, dict[str, Any], dict[str, Any] | None]] = [
+            (index, call, None) for index, call in enumerate(calls)
+        ]
+        cancelled = False
+        try:
+            while round_:
+                cancelled = await self._run_calls(turn, round_, group, results, unfinished)
+                if cancelled or not self._pending:
+                    break
+                await workflow.wait_condition(
+                    lambda: self._graceful or all(c in self._decisions for c in self._pending)
+                )
+                if self._graceful:
+                    break
+                round_ = [
+                    (index, call, self._decisions.pop(str(call["id"])))
+                    for index, call in enumerate(calls)
+                    if str(call["id"]) in self._pending
+                ]
+                self._pending.clear()
+        except asyncio.CancelledError:
+            cancelled = True
+        for call_id in self._pending:
+            unfinished[call_id] = "cancelled"  # held, never decided: a cancel ended the wait
+        self._pending.clear()
+        self._decisions.clear()
+
+        def answer(call_id: str, name: str) -> dict[str, Any]:
+            if unfinished.get(call_id) == "cancelled":
+                return policy.cancelled_message(call_id, name)
+            return policy.interrupted_message(call_id, name)
+
+        self._messages.extend(policy.ordered_results(calls, results, answer))
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _run_calls(
+        self,
+        turn: _TurnState,
+        calls: list[tuple[int, dict[str, Any], dict[str, Any] | None]],
+        group: str,
+        results: dict[str, dict[str, Any]],
+        unfinished: dict[str, str],
+    ) -> bool:
+        """Run ``calls`` (index, call, decision) at once, each its own activity; their
+        results, the unfinished and the held go where they belong. Whether a cancel came."""
+        spec = self._settings["tools"]
         session_id = workflow.info().workflow_id
         handles = []
-        for index, call in enumerate(calls):
+        for index, call, decision in calls:
             attempts = int(spec["maximum_attempts"]) if call.get("idempotent") else 1
+            request: dict[str, Any] = {
+                "plan": self._settings["plan"],
+                "session_id": session_id,
+                "trace_id": turn.trace_id,
+                "call": {k: call[k] for k in ("id", "name", "arguments")},
+                "index": index,
+                "group": group,
+                "key": f"{session_id}/{call['id']}",
+            }
+            attempt = ""
+            if decision is not None:
+                request["decision"] = decision
+                attempt = f"-{decision['round']}"
             handles.append(
                 workflow.start_activity(
                     TOOL_ACTIVITY,
-                    {
-                        "plan": self._settings["plan"],
-                        "session_id": session_id,
-                        "trace_id": turn.trace_id,
-                        "call": {k: call[k] for k in ("id", "name", "arguments")},
-                        "index": index,
-                        "group": group,
-                        "key": f"{session_id}/{call['id']}",
-                    },
-                    activity_id=f"tool-{call['id']}",
+                    request,
+                    activity_id=f"tool-{call['id']}{attempt}",
                     **_options(spec, attempts),
                 )
             )
@@ -249,25 +345,35 @@ class SessionWorkflow:
                 handle.cancel()
             # WAIT_CANCELLATION_COMPLETED: each settles as what really happened to it
             await asyncio.wait(handles)
-        results: dict[str, dict[str, Any]] = {}
-        unfinished: dict[str, str] = {}
-        for call, handle in zip(calls, handles, strict=True):
+        for (_, call, _), handle in zip(calls, handles, strict=True):
+            call_id = str(call["id"])
             error = None if handle.cancelled() else handle.exception()
             if not handle.cancelled() and error is None:
-                results[str(call["id"])] = handle.result()
+                message = dict(handle.result())
+                held = message.pop("held", None)
+                if held is not None and not cancelled:
+                    self._pending[call_id] = held
+                elif held is not None:
+                    unfinished[call_id] = "cancelled"
+                else:
+                    results[call_id] = message
             elif handle.cancelled() or _cancelled(error):
-                unfinished[str(call["id"])] = "cancelled"
+                unfinished[call_id] = "cancelled"
             else:
-                unfinished[str(call["id"])] = "interrupted"
+                unfinished[call_id] = "interrupted"
+        return cancelled
 
-        def answer(call_id: str, name: str) -> dict[str, Any]:
-            if unfinished.get(call_id) == "cancelled":
-                return policy.cancelled_message(call_id, name)
-            return policy.interrupted_message(call_id, name)
 
-        self._messages.extend(policy.ordered_results(calls, results, answer))
-        if cancelled:
-            raise asyncio.CancelledError
+def _decision_of(call_id: str, value: Any) -> tuple[str, str | None]:
+    """``(decision, digest or None)`` of one entry of ``approve``; ApplicationError if bad."""
+    if isinstance(value, dict):
+        decision, digest = value.get("decision"), value.get("digest")
+    else:
+        decision, digest = value, None
+    if decision not in ("allow", "deny") or not (digest is None or isinstance(digest, str)):
+        msg = f"approve: {call_id!r}: expected 'allow' or 'deny' (and a digest), got {value!r}"
+        raise ApplicationError(msg, non_retryable=True)
+    return str(decision), digest
 
 
 def _cancelled(error: BaseException | None) -> bool:
