@@ -139,6 +139,7 @@ class SessionActivities:
             trace_id=request["trace_id"],
         )
         turn.iterations = int(request["iteration"])
+        turn.injections = list(request.get("injections") or [])  # ephemeral: this request only
         turn.provider_name, provider = select_provider(
             providers, mounted.turn_config.default_provider
         )
@@ -201,9 +202,14 @@ class SessionActivities:
         )
         placeholder = {"role": "assistant", "content": [], "tool_calls": [unstructure(call)]}
         await batch.run(scratch, placeholder)  # type: ignore[arg-type]
-        result: dict[str, Any] = scratch.messages[1]
+        result: dict[str, Any] = dict(scratch.messages[1])
         if batch.held and scratch.deferred is not None:
-            return {**result, "held": scratch.deferred}
+            result["held"] = scratch.deferred
+        result["success"] = batch.succeeded[0]
+        # the hooks' injections: ephemeral ones for the next request, the others after
+        # the batch's results
+        result["injections"] = list(batch.pending_injections)
+        result["after"] = scratch.messages[2:]
         return result
 
     async def _beating(self, work: Callable[[], Awaitable[T]]) -> T:

@@ -28,6 +28,7 @@ from temporalio.service import RPCError
 from ..errors import DurableSessionError
 from ..kernel._turns import TurnResult, TurnStatus
 from ..models import Usage, structure
+from ..runtime._progress import no_progress_repeats
 from ._portal import AsyncioPortal, asyncio_checkpoint
 from ._worker import DEFAULT_ADDRESS, PlanLike, connect, durable_of, load_plan, plan_key
 from ._workflow import WORKFLOW_NAME
@@ -43,10 +44,13 @@ def settings_of(plan: Any) -> dict[str, Any]:
     options, when to continue as new, and the plan's key among a worker's plans."""
     parsed = load_plan(plan)
     spec = durable_of(parsed)
-    limit = (parsed.orchestrator.config or {}).get("max_iterations", -1)
+    config = parsed.orchestrator.config or {}
+    limit = config.get("max_iterations", -1)
+    field = f"{parsed.orchestrator.module}.no_progress"
     return {
         "plan": plan_key(parsed),
         "max_iterations": int(limit),
+        "no_progress": no_progress_repeats(config.get("no_progress"), field),
         "provider": spec.provider.to_dict(),
         "tools": spec.tools.to_dict(),
         "continue_as_new_after_turns": spec.continue_as_new_after_turns,
@@ -64,6 +68,7 @@ def turn_result(data: Mapping[str, Any]) -> TurnResult:
         error=DurableSessionError(f"{error['type']}: {error['msg']}") if error else None,
         trace_id=data.get("trace_id"),
         finish_reason=data.get("finish_reason"),
+        problems=tuple(data.get("problems") or ()),
     )
 
 

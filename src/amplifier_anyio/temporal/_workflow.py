@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from ..kernel._turns import TurnStatus
     from ..models import Usage, structure, unstructure
     from ..runtime import _policy as policy
+    from ..runtime._progress import DEFAULT_REPEATS, NO_PROGRESS_FINISH_REASON, ProgressWatch
 
 __all__ = ("SessionWorkflow", "WORKFLOW_NAME", "PROVIDER_ACTIVITY", "TOOL_ACTIVITY")
 
@@ -180,7 +181,11 @@ class SessionWorkflow:
             raise RuntimeError(msg)
 
     async def _turn(self, prompt: str) -> dict[str, Any]:
-        turn = _TurnState(trace_id=workflow.uuid4().hex)
+        repeats = self._settings.get("no_progress", DEFAULT_REPEATS)
+        turn = _TurnState(
+            trace_id=workflow.uuid4().hex,
+            progress=None if repeats is None else ProgressWatch(int(repeats)),
+        )
         self._messages.append({"role": "user", "content": prompt})
         try:
             await self._loop(turn)
@@ -190,12 +195,17 @@ class SessionWorkflow:
             turn.status = TurnStatus.ERROR
             cause = exc.cause if exc.cause is not None else exc
             turn.error = {"type": type(cause).__name__, "msg": str(cause)}
+        turn.status, turn.finish_reason = policy.halted_status(
+            turn.status, turn.halted, turn.finish_reason
+        )
         return turn.result()
 
     async def _loop(self, turn: _TurnState) -> None:
         limit = int(self._settings["max_iterations"])
         pauses = 0
         while policy.within_limit(turn.iterations, limit):
+            if turn.halted is not None:
+                return  # the no-progress watch stopped the turn
             if self._graceful:
                 turn.status = TurnStatus.CANCELLED
                 return
@@ -215,6 +225,8 @@ class SessionWorkflow:
                 return
             self._messages.append(reply["assistant"])
             await self._batch(turn, calls)
+        if turn.halted is not None:
+            return
         if self._graceful:
             turn.status = TurnStatus.CANCELLED
             return
@@ -242,6 +254,7 @@ class SessionWorkflow:
                 "messages": self._messages,
                 "with_tools": with_tools,
                 "reminder": reminder,
+                "injections": turn.take_injections(),
             },
             **_options(spec, int(spec["maximum_attempts"])),
         )
@@ -296,7 +309,32 @@ class SessionWorkflow:
                 return policy.cancelled_message(call_id, name)
             return policy.interrupted_message(call_id, name)
 
+        extras = {
+            i: (m.pop("success", None), m.pop("injections", []), m.pop("after", []))
+            for i, m in results.items()
+        }
         self._messages.extend(policy.ordered_results(calls, results, answer))
+        found = [extras.get(str(call["id"])) for call in calls]
+        for extra in found:
+            if extra is not None:
+                turn.injections.extend(extra[1])
+                self._messages.extend(extra[2])  # the hooks' persistent injections
+        step = policy.watch_progress(
+            turn.progress,
+            [
+                (
+                    str(call["name"]),
+                    call["arguments"],
+                    extra[0] if extra is not None else None,
+                    results[str(call["id"])]["content"] if extra is not None else None,
+                )
+                for call, extra in zip(calls, found, strict=True)
+            ],
+        )
+        turn.injections.extend(step.injections)
+        if step.problem is not None and turn.halted is None:
+            turn.halted = NO_PROGRESS_FINISH_REASON
+            turn.problems.append(step.problem)
         if cancelled:
             raise asyncio.CancelledError
 
@@ -385,8 +423,13 @@ def _cancelled(error: BaseException | None) -> bool:
 class _TurnState:
     """What one turn has done so far (plain data)."""
 
-    def __init__(self, *, trace_id: str) -> None:
+    def __init__(self, *, trace_id: str, progress: ProgressWatch | None = None) -> None:
         self.trace_id = trace_id
+        self.progress = progress
+        self.halted: str | None = None
+        self.problems: list[str] = []
+        self.injections: list[dict[str, Any]] = []
+        """Ephemeral injections for the next provider call."""
         self.iterations = 0
         self.text = ""
         self.status = TurnStatus.SUCCESS
@@ -403,4 +446,10 @@ class _TurnState:
             "trace_id": self.trace_id,
             "finish_reason": self.finish_reason,
             "error": self.error,
+            "problems": list(self.problems),
         }
+
+    def take_injections(self) -> list[dict[str, Any]]:
+        """The ephemeral injections for the provider call about to start (then none)."""
+        found, self.injections = self.injections, []
+        return found
