@@ -22,7 +22,9 @@ import attrs
 from temporalio import activity
 
 from ..contexts._journal import ArgumentsChangedError, call_digest
+from ..events import PROMPT_SUBMIT
 from ..kernel._handle import TurnHandle
+from ..kernel._tracing import ToolCallContext
 from ..models import ToolCall, unstructure
 from ..runtime._requests import assistant_message, select_provider, tool_calls_of
 from ..runtime._tool_batch import ToolBatch
@@ -99,6 +101,22 @@ class _Scratch:
         await anyio.lowlevel.checkpoint()
 
 
+class _OneCall(ToolBatch):
+    """A one-call batch that speaks of its call by the call's index in its reply (the
+    ``index`` of ``tool:pre`` / ``tool:post`` / ``tool:error`` and of
+    ``current_tool_call()``), not by its index in this batch of one."""
+
+    reply_index: int = 0
+
+    def _payload(self, index: int, call: ToolCall, tool_input: Any) -> dict[str, Any]:
+        payload = super()._payload(index, call, tool_input)
+        payload["index"] = self.reply_index
+        return payload
+
+    def _call_context(self, index: int, call: ToolCall, key: str | None) -> ToolCallContext:
+        return attrs.evolve(super()._call_context(index, call, key), index=self.reply_index)
+
+
 class SessionActivities:
     """The activity functions of a worker, over its mounted plans (by plan key)."""
 
@@ -143,6 +161,12 @@ class SessionActivities:
         turn.provider_name, provider = select_provider(
             providers, mounted.turn_config.default_provider
         )
+        if request.get("submit") is not None:  # the turn's first call: prompt:submit first
+            submitted = await turn.hook(PROMPT_SUBMIT, {"prompt": request["submit"]})
+            if submitted.action == "deny":
+                turn.deny(submitted)
+                return {"denied": turn.text, "submit_denied": True, "finish_reason": None}
+            turn.queue_ephemeral(submitted)
         response = await turn.call_provider(
             provider, with_tools=bool(request["with_tools"]), reminder=bool(request["reminder"])
         )
@@ -186,7 +210,7 @@ class SessionActivities:
         denied = {}
         if decision.get("decision") == "deny":
             denied[call.id] = str(decision.get("prompt", ""))
-        batch = ToolBatch(
+        batch = _OneCall(
             calls=[call],
             tools=coordinator.get("tools") or {},
             hooks=coordinator.hooks,
@@ -197,6 +221,7 @@ class SessionActivities:
             approved=frozenset({call.id}) if allowed else frozenset(),
             denied=denied,
         )
+        batch.reply_index = int(request["index"])
         scratch = _Scratch(
             [], key=str(request["key"]), decided=str(decision["digest"]) if allowed else None
         )
@@ -213,14 +238,17 @@ class SessionActivities:
         return result
 
     async def _beating(self, work: Callable[[], Awaitable[T]]) -> T:
-        """Run ``work`` while heartbeating; Temporal's cancel of the activity cancels it."""
+        """Run ``work`` while heartbeating every ``heartbeat_every`` seconds; Temporal's
+        cancel of the activity (delivered with a heartbeat's answer) cancels it."""
         found: list[T] = []
         async with anyio.create_task_group() as group:
 
             async def beat() -> None:
+                # the first beat after one interval: a call shorter than that costs no
+                # heartbeat request (its completion says it is alive)
                 while True:
-                    activity.heartbeat()
                     await anyio.sleep(self.heartbeat_every)
+                    activity.heartbeat()
 
             group.start_soon(beat)
             found.append(await work())

@@ -51,9 +51,11 @@ def settings_of(plan: Any) -> dict[str, Any]:
         "plan": plan_key(parsed),
         "max_iterations": int(limit),
         "no_progress": no_progress_repeats(config.get("no_progress"), field),
+        "orchestrator": parsed.orchestrator.module,
         "provider": spec.provider.to_dict(),
         "tools": spec.tools.to_dict(),
         "continue_as_new_after_turns": spec.continue_as_new_after_turns,
+        "workflow_task_timeout": spec.workflow_task_timeout,
     }
 
 
@@ -139,7 +141,7 @@ class TemporalSessions:
                 start,
                 id=session_id,
                 task_queue=self.task_queue,
-                task_timeout=timedelta(seconds=10),
+                task_timeout=timedelta(seconds=float(settings["workflow_task_timeout"])),
             )
 
         try:

@@ -26,10 +26,18 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from ..events import (
+        CANCEL_COMPLETED,
+        EXECUTION_END,
+        EXECUTION_START,
+        ORCHESTRATOR_COMPLETE,
+        PROMPT_COMPLETE,
+    )
     from ..kernel._turns import TurnStatus
     from ..models import Usage, structure, unstructure
     from ..runtime import _policy as policy
     from ..runtime._progress import DEFAULT_REPEATS, NO_PROGRESS_FINISH_REASON, ProgressWatch
+    from . import _outlet
 
 __all__ = ("SessionWorkflow", "WORKFLOW_NAME", "PROVIDER_ACTIVITY", "TOOL_ACTIVITY")
 
@@ -88,8 +96,10 @@ class SessionWorkflow:
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
         if not self._closing:
+            timeout = float(self._settings.get("workflow_task_timeout", 10.0))
             workflow.continue_as_new(
-                {"settings": self._settings, "messages": self._messages, "last": self._last}
+                {"settings": self._settings, "messages": self._messages, "last": self._last},
+                task_timeout=timedelta(seconds=timeout),
             )
         return {"messages": len(self._messages)}
 
@@ -180,17 +190,58 @@ class SessionWorkflow:
             msg = "run: the session is closed"
             raise RuntimeError(msg)
 
+    def _event(self, event: str, data: dict[str, Any]) -> None:
+        """A session-level event for the worker's hooks, only when not replaying (a replay
+        re-runs this code for events that were delivered when it first ran)."""
+        if workflow.unsafe.is_replaying():
+            return
+        key = _outlet.outlet_key(workflow.info().task_queue, str(self._settings["plan"]))
+        _outlet.post(key, event, data)
+
+    def _closing_events(self, turn: _TurnState) -> None:
+        """The turn's terminal events, as the in-process turn emits them."""
+        orchestrator = str(self._settings.get("orchestrator", "loop-basic"))
+        if turn.status is TurnStatus.CANCELLED:
+            data = {
+                "orchestrator": orchestrator,
+                "was_immediate": turn.immediate,
+                "turn_count": turn.iterations,
+            }
+            self._event(CANCEL_COMPLETED, data)
+        if turn.status in (TurnStatus.SUCCESS, TurnStatus.INCOMPLETE):
+            self._event(
+                PROMPT_COMPLETE, {"response_preview": turn.text[:200], "length": len(turn.text)}
+            )
+        self._event(
+            ORCHESTRATOR_COMPLETE,
+            {
+                "orchestrator": orchestrator,
+                "turn_count": turn.iterations,
+                "status": str(turn.status),
+            },
+        )
+        end: dict[str, Any] = {
+            "response": turn.text,
+            "status": policy.execution_status(turn.status),
+        }
+        if turn.status is TurnStatus.ERROR and turn.error is not None:
+            end["error"] = dict(turn.error)
+        self._event(EXECUTION_END, end)
+
     async def _turn(self, prompt: str) -> dict[str, Any]:
         repeats = self._settings.get("no_progress", DEFAULT_REPEATS)
         turn = _TurnState(
             trace_id=workflow.uuid4().hex,
             progress=None if repeats is None else ProgressWatch(int(repeats)),
         )
+        self._event(EXECUTION_START, {"prompt": prompt})
         self._messages.append({"role": "user", "content": prompt})
+        turn.submit = prompt
         try:
             await self._loop(turn)
         except asyncio.CancelledError:
             turn.status = TurnStatus.CANCELLED  # an immediate cancel: every call is answered
+            turn.immediate = True
         except ActivityError as exc:
             turn.status = TurnStatus.ERROR
             cause = exc.cause if exc.cause is not None else exc
@@ -198,6 +249,7 @@ class SessionWorkflow:
         turn.status, turn.finish_reason = policy.halted_status(
             turn.status, turn.halted, turn.finish_reason
         )
+        self._closing_events(turn)
         return turn.result()
 
     async def _loop(self, turn: _TurnState) -> None:
@@ -255,16 +307,19 @@ class SessionWorkflow:
                 "with_tools": with_tools,
                 "reminder": reminder,
                 "injections": turn.take_injections(),
+                "submit": turn.take_submit(),
             },
             **_options(spec, int(spec["maximum_attempts"])),
         )
-        turn.iterations += 1
-        turn.usage = _add_usage(turn.usage, reply.get("usage"))
-        turn.finish_reason = reply["finish_reason"]
-        if reply.get("denied") is not None:
+        if reply.get("denied") is not None:  # a hook denied it: no provider call was made
+            if reply.get("submit_denied"):
+                self._messages.pop()  # prompt:submit denied: the prompt is not stored
             turn.text = reply["denied"]
             turn.status = TurnStatus.INCOMPLETE
             return None
+        turn.iterations += 1
+        turn.usage = _add_usage(turn.usage, reply.get("usage"))
+        turn.finish_reason = reply["finish_reason"]
         return reply
 
     async def _batch(self, turn: _TurnState, calls: list[dict[str, Any]]) -> None:
@@ -430,6 +485,9 @@ class _TurnState:
         self.problems: list[str] = []
         self.injections: list[dict[str, Any]] = []
         """Ephemeral injections for the next provider call."""
+        self.submit: str | None = None
+        """The prompt, until the first provider call emits ``prompt:submit`` for it."""
+        self.immediate = False
         self.iterations = 0
         self.text = ""
         self.status = TurnStatus.SUCCESS
@@ -448,6 +506,11 @@ class _TurnState:
             "error": self.error,
             "problems": list(self.problems),
         }
+
+    def take_submit(self) -> str | None:
+        """The prompt whose ``prompt:submit`` the next provider call emits (once)."""
+        found, self.submit = self.submit, None
+        return found
 
     def take_injections(self) -> list[dict[str, Any]]:
         """The ephemeral injections for the provider call about to start (then none)."""
