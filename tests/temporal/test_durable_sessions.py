@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _temporal_kit import FAST, demo_plan, marker_plan, queue, reply
+from _temporal_kit import FAST, MODULES, demo_plan, marker_plan, queue, reply
 
 from _servers import free_port
 from amplifier_anyio import AmplifierSession, TurnStatus
@@ -184,3 +184,105 @@ async def test_continue_as_new_keeps_the_messages(temporal_server: str) -> None:
         messages = await session.messages()
     assert texts == ["one", "two", "three"]
     assert [m["role"] for m in messages] == ["user", "assistant"] * 3
+
+
+async def test_a_looping_model_ends_no_progress_as_in_process(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """The same failing call over and over: reminded at 3 (the reminder reaches the next
+    request), stopped at 6, ``incomplete`` / ``no_progress``, on both drivers alike."""
+    loop = [reply(calls=[(f"c{i}", "nope", {"x": 1})]) for i in range(10)]
+    sent = {"in-process": tmp_path / "in.jsonl", "durable": tmp_path / "durable.jsonl"}
+
+    def plan(record: Path) -> dict[str, Any]:
+        found = demo_plan([])
+        found["providers"] = [
+            {
+                "module": "provider-positional",
+                "source": str(MODULES),
+                "config": {"replies": [*loop, reply("never")], "record": str(record)},
+            }
+        ]
+        return found
+
+    expected, transcript = await in_process(plan(sent["in-process"]), ["go"])
+    durable_plan = plan(sent["durable"])
+    task_queue = queue()
+    async with (
+        SessionWorker(durable_plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(durable_plan)
+        result = await session.run("go")
+        messages = await session.messages()
+    want = expected[0]
+    assert (want.status, want.finish_reason, want.turn_count) == (
+        TurnStatus.INCOMPLETE,
+        "no_progress",
+        6,
+    )
+    assert (result.status, result.finish_reason, result.turn_count, result.text) == (
+        want.status,
+        want.finish_reason,
+        want.turn_count,
+        want.text,
+    )
+    assert result.problems == want.problems
+    assert messages == transcript
+    requests = [sent[k].read_text().splitlines() for k in ("in-process", "durable")]
+    assert requests[0] == requests[1]
+    assert "has failed 3 times in a row" in json.loads(requests[1][3])
+
+
+async def test_session_events_fire_once_and_injections_reach_the_next_call(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """The workflow's session-level events fire once per turn, also when a second worker
+    replays the first turn's history; ``prompt:submit`` and ``tool:post`` injections reach
+    the next provider call; ``tool:pre``'s ``index`` is the call's index in its reply."""
+    events = ["execution:start", "prompt:submit", "tool:pre", "prompt:complete", "execution:end"]
+    replies = [*SCRIPT[:1], reply("counted"), reply("again")]
+
+    def plan(tag: str) -> dict[str, Any]:
+        found = demo_plan([])
+        found["providers"] = [
+            {
+                "module": "provider-positional",
+                "source": str(MODULES),
+                "config": {"replies": replies, "record": str(tmp_path / f"{tag}.sent")},
+            }
+        ]
+        inject = {"prompt:submit": "note: submitted", "tool:post": "note: posted"}
+        config = {"path": str(tmp_path / f"{tag}.events"), "events": events, "inject": inject}
+        config["events"] = [*events, "tool:post"]
+        found["hooks"] = [{"module": "hooks-record", "source": str(MODULES), "config": config}]
+        return found
+
+    expected, transcript = await in_process(plan("in"), ["count them", "more"])
+    durable_plan = plan("durable")
+    task_queue = queue()
+    async with TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions:
+        async with SessionWorker(durable_plan, address=temporal_server, task_queue=task_queue):
+            session = await sessions.open(durable_plan)
+            first = await session.run("count them")
+        # a second worker: it replays the first turn's history before the second turn
+        async with SessionWorker(durable_plan, address=temporal_server, task_queue=task_queue):
+            second = await session.run("more")
+            messages = await session.messages()
+    assert [(r.text, r.status) for r in (first, second)] == [(r.text, r.status) for r in expected]
+    assert messages == transcript
+
+    def records(tag: str) -> list[dict[str, Any]]:
+        lines = (tmp_path / f"{tag}.events").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+    def key(record: dict[str, Any]) -> str:
+        return json.dumps(record, sort_keys=True)
+
+    want, got = records("in"), records("durable")
+    assert sorted(map(key, got)) == sorted(map(key, want))  # nothing twice, nothing missing
+    assert [r["event"] for r in got].count("execution:start") == 2
+    assert {r["index"] for r in got if r["event"] == "tool:pre"} == {0, 1}
+    sent = [(tmp_path / f"{t}.sent").read_text().splitlines() for t in ("in", "durable")]
+    assert sent[0] == sent[1]
+    assert [json.loads(line) for line in sent[1]][:2] == ["note: submitted", "note: posted"]

@@ -22,6 +22,10 @@ def test_defaults_and_overrides() -> None:
     assert parsed.durable.task_queue == "q"
     assert parsed.durable.tools.heartbeat_timeout == 2.0
     assert parsed.durable.address == "127.0.0.1:7233"
+    assert parsed.durable.workflow_task_timeout == 10.0
+    timed = MountPlan.from_dict(plan({"workflow_task_timeout": 3})).durable
+    assert timed is not None
+    assert timed.workflow_task_timeout == 3.0
     assert DurableSpec.from_value(parsed.durable.to_dict()) == parsed.durable
     assert MountPlan.from_dict(plan(None)).durable is None
 
@@ -38,6 +42,8 @@ def test_defaults_and_overrides() -> None:
         ({"tools": []}, "session.durable.tools"),
         ({"continue_as_new_after_turns": True}, "session.durable.continue_as_new_after_turns"),
         ({"sticky_timeout": -1}, "session.durable.sticky_timeout"),
+        ({"workflow_task_timeout": 0}, "session.durable.workflow_task_timeout"),
+        ({"workflow_task_timeout": 121}, "session.durable.workflow_task_timeout"),
     ],
 )
 def test_bad_value_is_one_line_naming_the_key(durable: Any, key: str) -> None:

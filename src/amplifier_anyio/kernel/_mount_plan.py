@@ -158,6 +158,18 @@ def _seconds(value: Any, field: str) -> float:
     return float(value)
 
 
+MAX_WORKFLOW_TASK_TIMEOUT = 120.0
+"""Temporal's cap on a workflow task timeout (seconds)."""
+
+
+def _task_timeout(value: Any, field: str) -> float:
+    seconds = _seconds(value, field)
+    if seconds > MAX_WORKFLOW_TASK_TIMEOUT:
+        cap = f"{MAX_WORKFLOW_TASK_TIMEOUT:g}"
+        _fail(field, f"expected at most {cap} s (Temporal's cap), got {value!r}")
+    return seconds
+
+
 def _count(value: Any, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         _fail(field, f"expected an integer >= 1, got {value!r}")
@@ -232,6 +244,9 @@ class DurableSpec:
     long a session's workflow tasks wait for the worker that last ran them before another
     worker takes them (what bounds failover after a worker dies), and
     ``continue_as_new_after_turns`` starts a fresh history every N turns, messages kept.
+    ``workflow_task_timeout`` is how long a workflow task a worker took may run before
+    the server gives it to another worker (what bounds failover when a worker dies holding
+    one; Temporal caps it at 120 s).
     """
 
     engine: str = "temporal"
@@ -242,6 +257,7 @@ class DurableSpec:
     tools: ActivitySpec = _TOOL_ACTIVITY
     sticky_timeout: float = 1.0
     continue_as_new_after_turns: int = 100
+    workflow_task_timeout: float = 10.0
 
     @classmethod
     def from_value(cls, value: Any, field: str = "session.durable") -> DurableSpec:
@@ -255,6 +271,7 @@ class DurableSpec:
             "tools",
             "sticky_timeout",
             "continue_as_new_after_turns",
+            "workflow_task_timeout",
         )
         table = _table(value, field, keys)
         engine = table.get("engine", "temporal")
@@ -279,6 +296,10 @@ class DurableSpec:
                 table.get("continue_as_new_after_turns", default.continue_as_new_after_turns),
                 f"{field}.continue_as_new_after_turns",
             ),
+            workflow_task_timeout=_task_timeout(
+                table.get("workflow_task_timeout", default.workflow_task_timeout),
+                f"{field}.workflow_task_timeout",
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -292,6 +313,7 @@ class DurableSpec:
             "tools": self.tools.to_dict(),
             "sticky_timeout": self.sticky_timeout,
             "continue_as_new_after_turns": self.continue_as_new_after_turns,
+            "workflow_task_timeout": self.workflow_task_timeout,
         }
 
 

@@ -14,9 +14,13 @@ loop). Both ask this module what to do, so they cannot drift:
   without a result is answered: *cancelled* when a cancel stopped it, *interrupted* when
   its attempt was lost with its process.
 
-Everything here is a pure function of plain data: no I/O, no clock, no randomness, no
-anyio. No-progress detection (the same call repeated with the same result) belongs here
-once it exists, as a pure function of the messages of the turn.
+- what the finished calls of a batch mean for the turn (``watch_progress``): a reminder
+  for the next request when the same call keeps failing the same way, or the turn stopped
+  ``incomplete`` / ``no_progress`` (``runtime/_progress``).
+
+Everything here is a pure function of plain data (and the turn's own
+[`ProgressWatch`][amplifier_anyio.runtime.ProgressWatch], itself pure): no I/O, no clock,
+no randomness, no anyio.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 
 from ..contexts._journal import interrupted_result
 from ..kernel._turns import TurnStatus
+from ._progress import ProgressVerdict, ProgressWatch
 from ._requests import LOOP_LIMIT_REMINDER
 from ._tool_batch import cancelled_result
 
@@ -43,6 +48,10 @@ __all__ = (
     "ordered_results",
     "cancelled_message",
     "interrupted_message",
+    "CallOutcome",
+    "ProgressStep",
+    "watch_progress",
+    "halted_status",
 )
 
 INCOMPLETE_FINISH_REASONS = frozenset(
@@ -137,3 +146,49 @@ def ordered_results(
         result = results.get(call_id)
         found.append(dict(result) if result is not None else unfinished(call_id, name))
     return found
+
+
+CallOutcome = tuple[str, Any, bool | None, str | None]
+"""A finished call as the no-progress watch sees it: tool name, arguments, whether it
+succeeded (None: no result, such as a cancelled or held call) and its result content."""
+
+
+class ProgressStep:
+    """What a batch's finished calls mean for the turn (``watch_progress``)."""
+
+    __slots__ = ("injections", "problem")
+
+    def __init__(self, injections: list[dict[str, Any]], problem: str | None) -> None:
+        self.injections = injections
+        """Ephemeral reminders for the next request (appended to the last tool result)."""
+        self.problem = problem
+        """The problem line when the turn must stop ``no_progress``, else None."""
+
+
+def watch_progress(watch: ProgressWatch | None, outcomes: Sequence[CallOutcome]) -> ProgressStep:
+    """Feed a batch's finished calls to the turn's no-progress watch, in call order (calls
+    without a result are skipped): the reminders to send and whether the turn stops."""
+    step = ProgressStep([], None)
+    if watch is None:
+        return step
+    for name, arguments, succeeded, content in outcomes:
+        if succeeded is None or content is None:
+            continue
+        verdict = watch.observe(name, arguments, None if succeeded else content)
+        if verdict is ProgressVerdict.REMIND:
+            step.injections.append(
+                {"role": "user", "content": watch.reminder(), "append_to_last_tool_result": True}
+            )
+        elif verdict is ProgressVerdict.STOP and step.problem is None:
+            step.problem = watch.problem()
+    return step
+
+
+def halted_status(
+    status: TurnStatus, halted: str | None, finish_reason: str | None
+) -> tuple[TurnStatus, str | None]:
+    """The status and finish reason of a turn its engine stopped (``halted``: the no-progress
+    watch's ``no_progress``): ``incomplete`` unless it ended in an error."""
+    if halted is not None and status is not TurnStatus.ERROR:
+        return TurnStatus.INCOMPLETE, halted
+    return status, finish_reason

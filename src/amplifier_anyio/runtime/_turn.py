@@ -64,10 +64,12 @@ from ._policy import (
     Step,
     answer_status,
     execution_status,
+    halted_status,
     next_step,
+    watch_progress,
     within_limit,
 )
-from ._progress import DEFAULT_REPEATS, NO_PROGRESS_FINISH_REASON, ProgressVerdict, ProgressWatch
+from ._progress import DEFAULT_REPEATS, NO_PROGRESS_FINISH_REASON, ProgressWatch
 from ._prompt_cache import report_cache
 from ._race import PROVIDERS_POLICY, call_with_policy
 from ._requests import (
@@ -218,8 +220,10 @@ class Turn:
                 # this turn's own budget ran out (_budget): not a cancel someone asked for
                 self.status, self.finish_reason = TurnStatus.INCOMPLETE, BUDGET_FINISH_REASON
                 self.problems.append(f"budget: {self.handle.budget.report()}")
-            elif self.halted is not None and self.status is not TurnStatus.ERROR:
-                self.status, self.finish_reason = TurnStatus.INCOMPLETE, self.halted
+            else:
+                self.status, self.finish_reason = halted_status(
+                    self.status, self.halted, self.finish_reason
+                )
             await self._finish()
         return self.result()
 
@@ -357,23 +361,18 @@ class Turn:
     def watch(self, batch: ToolBatch) -> None:
         """Feed the batch's finished calls to the no-progress watch, in call order: a
         reminder for the next request, or the turn halted (``runtime/_progress``)."""
-        if self.progress is None:
-            return
-        contents = batch.contents()
-        for call, ok, content in zip(batch.calls, batch.succeeded, contents, strict=True):
-            if ok is None or content is None:  # no result: cancelled or held
-                continue
-            verdict = self.progress.observe(call.name, call.arguments, None if ok else content)
-            if verdict is ProgressVerdict.REMIND:
-                reminder = self.progress.reminder()
-                self.injections.append(
-                    {"role": "user", "content": reminder, "append_to_last_tool_result": True}
-                )
-            elif verdict is ProgressVerdict.STOP and self.halted is None:
-                self.halted = NO_PROGRESS_FINISH_REASON
-                problem = self.progress.problem()
-                logger.warning(problem)
-                self.problems.append(problem)
+        outcomes = [
+            (call.name, call.arguments, ok, content)
+            for call, ok, content in zip(
+                batch.calls, batch.succeeded, batch.contents(), strict=True
+            )
+        ]
+        step = watch_progress(self.progress, outcomes)
+        self.injections.extend(step.injections)
+        if step.problem is not None and self.halted is None:
+            self.halted = NO_PROGRESS_FINISH_REASON
+            logger.warning(step.problem)
+            self.problems.append(step.problem)
 
     async def call_provider(
         self, provider: Provider, *, with_tools: bool, reminder: bool = False

@@ -21,7 +21,10 @@ import anyio
 import attrs
 from temporalio import activity
 
+from ..contexts._journal import ArgumentsChangedError, call_digest
+from ..events import PROMPT_SUBMIT
 from ..kernel._handle import TurnHandle
+from ..kernel._tracing import ToolCallContext
 from ..models import ToolCall, unstructure
 from ..runtime._requests import assistant_message, select_provider, tool_calls_of
 from ..runtime._tool_batch import ToolBatch
@@ -44,11 +47,21 @@ class Mounted:
 
 class _Scratch:
     """The context of one activity: the messages it was given, what it adds, and the
-    journal protocol (so a tool sees its idempotency key)."""
+    journal protocol (so a tool sees its idempotency key, a deferred call is held, and an
+    allowed call runs only with the arguments the decision was made on)."""
 
-    def __init__(self, messages: list[dict[str, Any]], key: str | None = None) -> None:
+    def __init__(
+        self,
+        messages: list[dict[str, Any]],
+        key: str | None = None,
+        *,
+        decided: str | None = None,
+    ) -> None:
         self.messages = messages
         self.key = key
+        self.decided = decided
+        """The digest an ``allow`` was bound to (``call_digest``), or None."""
+        self.deferred: dict[str, Any] | None = None
 
     async def add_message(self, message: dict[str, Any]) -> None:
         self.messages.append(message)
@@ -66,10 +79,42 @@ class _Scratch:
         self, call_id: str, tool: str, arguments: Any, *, idempotent: bool = False
     ) -> str:
         await anyio.lowlevel.checkpoint()
+        if self.decided is not None and self.decided != call_digest(tool, arguments):
+            msg = (
+                f"the arguments of {tool} call {call_id} changed after it was approved; "
+                "it was not run"
+            )
+            raise ArgumentsChangedError(msg)
         return self.key or call_id
+
+    async def journal_deferred(self, call_id: str, tool: str, tool_input: Any, prompt: str) -> None:
+        await anyio.lowlevel.checkpoint()
+        self.deferred = {
+            "call_id": call_id,
+            "tool": tool,
+            "input": tool_input,
+            "prompt": prompt,
+            "digest": call_digest(tool, tool_input),
+        }
 
     async def journal_finished(self, call_id: str, content: str, *, success: bool = True) -> None:
         await anyio.lowlevel.checkpoint()
+
+
+class _OneCall(ToolBatch):
+    """A one-call batch that speaks of its call by the call's index in its reply (the
+    ``index`` of ``tool:pre`` / ``tool:post`` / ``tool:error`` and of
+    ``current_tool_call()``), not by its index in this batch of one."""
+
+    reply_index: int = 0
+
+    def _payload(self, index: int, call: ToolCall, tool_input: Any) -> dict[str, Any]:
+        payload = super()._payload(index, call, tool_input)
+        payload["index"] = self.reply_index
+        return payload
+
+    def _call_context(self, index: int, call: ToolCall, key: str | None) -> ToolCallContext:
+        return attrs.evolve(super()._call_context(index, call, key), index=self.reply_index)
 
 
 class SessionActivities:
@@ -112,9 +157,16 @@ class SessionActivities:
             trace_id=request["trace_id"],
         )
         turn.iterations = int(request["iteration"])
+        turn.injections = list(request.get("injections") or [])  # ephemeral: this request only
         turn.provider_name, provider = select_provider(
             providers, mounted.turn_config.default_provider
         )
+        if request.get("submit") is not None:  # the turn's first call: prompt:submit first
+            submitted = await turn.hook(PROMPT_SUBMIT, {"prompt": request["submit"]})
+            if submitted.action == "deny":
+                turn.deny(submitted)
+                return {"denied": turn.text, "submit_denied": True, "finish_reason": None}
+            turn.queue_ephemeral(submitted)
         response = await turn.call_provider(
             provider, with_tools=bool(request["with_tools"]), reminder=bool(request["reminder"])
         )
@@ -139,7 +191,13 @@ class SessionActivities:
 
     @activity.defn(name="amplifier-tool-call")
     async def tool_call(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One tool call (``tool:pre``, the tool, ``tool:post``); its ``role: tool`` message."""
+        """One tool call (``tool:pre``, the tool, ``tool:post``): its ``role: tool`` message,
+        and ``held`` (the call, its prompt and digest) when its approval was deferred.
+
+        ``decision`` (``{"decision": "allow" | "deny", "digest": ...}``) runs a held call
+        again: allowed, it runs only if its own arguments still have the decided digest
+        (else it is denied with the reason, not run); denied, it is answered without
+        running."""
         return await self._beating(lambda: self._tool_call(request))
 
     async def _tool_call(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -147,7 +205,12 @@ class SessionActivities:
         coordinator = mounted.coordinator
         item = request["call"]
         call = ToolCall(id=str(item["id"]), name=str(item["name"]), arguments=item["arguments"])
-        batch = ToolBatch(
+        decision = request.get("decision") or {}
+        allowed = decision.get("decision") == "allow"
+        denied = {}
+        if decision.get("decision") == "deny":
+            denied[call.id] = str(decision.get("prompt", ""))
+        batch = _OneCall(
             calls=[call],
             tools=coordinator.get("tools") or {},
             hooks=coordinator.hooks,
@@ -155,22 +218,37 @@ class SessionActivities:
             handle=TurnHandle(hooks=coordinator.hooks),
             config=mounted.batch_config,
             parallel_group_id=str(request["group"]),
+            approved=frozenset({call.id}) if allowed else frozenset(),
+            denied=denied,
         )
-        scratch = _Scratch([], key=str(request["key"]))
+        batch.reply_index = int(request["index"])
+        scratch = _Scratch(
+            [], key=str(request["key"]), decided=str(decision["digest"]) if allowed else None
+        )
         placeholder = {"role": "assistant", "content": [], "tool_calls": [unstructure(call)]}
         await batch.run(scratch, placeholder)  # type: ignore[arg-type]
-        result: dict[str, Any] = scratch.messages[1]
+        result: dict[str, Any] = dict(scratch.messages[1])
+        if batch.held and scratch.deferred is not None:
+            result["held"] = scratch.deferred
+        result["success"] = batch.succeeded[0]
+        # the hooks' injections: ephemeral ones for the next request, the others after
+        # the batch's results
+        result["injections"] = list(batch.pending_injections)
+        result["after"] = scratch.messages[2:]
         return result
 
     async def _beating(self, work: Callable[[], Awaitable[T]]) -> T:
-        """Run ``work`` while heartbeating; Temporal's cancel of the activity cancels it."""
+        """Run ``work`` while heartbeating every ``heartbeat_every`` seconds; Temporal's
+        cancel of the activity (delivered with a heartbeat's answer) cancels it."""
         found: list[T] = []
         async with anyio.create_task_group() as group:
 
             async def beat() -> None:
+                # the first beat after one interval: a call shorter than that costs no
+                # heartbeat request (its completion says it is alive)
                 while True:
-                    activity.heartbeat()
                     await anyio.sleep(self.heartbeat_every)
+                    activity.heartbeat()
 
             group.start_soon(beat)
             found.append(await work())

@@ -19,6 +19,7 @@ import attrs
 from temporalio.client import (
     Client,
     WorkflowHandle,
+    WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
@@ -27,6 +28,7 @@ from temporalio.service import RPCError
 from ..errors import DurableSessionError
 from ..kernel._turns import TurnResult, TurnStatus
 from ..models import Usage, structure
+from ..runtime._progress import no_progress_repeats
 from ._portal import AsyncioPortal, asyncio_checkpoint
 from ._worker import DEFAULT_ADDRESS, PlanLike, connect, durable_of, load_plan, plan_key
 from ._workflow import WORKFLOW_NAME
@@ -42,13 +44,18 @@ def settings_of(plan: Any) -> dict[str, Any]:
     options, when to continue as new, and the plan's key among a worker's plans."""
     parsed = load_plan(plan)
     spec = durable_of(parsed)
-    limit = (parsed.orchestrator.config or {}).get("max_iterations", -1)
+    config = parsed.orchestrator.config or {}
+    limit = config.get("max_iterations", -1)
+    field = f"{parsed.orchestrator.module}.no_progress"
     return {
         "plan": plan_key(parsed),
         "max_iterations": int(limit),
+        "no_progress": no_progress_repeats(config.get("no_progress"), field),
+        "orchestrator": parsed.orchestrator.module,
         "provider": spec.provider.to_dict(),
         "tools": spec.tools.to_dict(),
         "continue_as_new_after_turns": spec.continue_as_new_after_turns,
+        "workflow_task_timeout": spec.workflow_task_timeout,
     }
 
 
@@ -63,6 +70,7 @@ def turn_result(data: Mapping[str, Any]) -> TurnResult:
         error=DurableSessionError(f"{error['type']}: {error['msg']}") if error else None,
         trace_id=data.get("trace_id"),
         finish_reason=data.get("finish_reason"),
+        problems=tuple(data.get("problems") or ()),
     )
 
 
@@ -133,7 +141,7 @@ class TemporalSessions:
                 start,
                 id=session_id,
                 task_queue=self.task_queue,
-                task_timeout=timedelta(seconds=10),
+                task_timeout=timedelta(seconds=float(settings["workflow_task_timeout"])),
             )
 
         try:
@@ -202,8 +210,28 @@ class DurableSession:
         found: list[dict[str, Any]] = await self._portal.call(self._handle.query, "messages")
         return found
 
+    async def approve(self, decisions: Mapping[str, Any]) -> list[str]:
+        """Decide held calls: ``{call_id: "allow" | "deny"}`` (bound to the call as it is
+        held), or ``{call_id: {"decision": "allow", "digest": d}}`` with the ``digest`` of
+        ``pending_approvals()`` the approver saw: an allowed call runs only with the
+        arguments of that digest, else it is denied and not run. An unknown or already
+        decided id, or a bad value, is a
+        [`DurableSessionError`][amplifier_anyio.DurableSessionError] and decides nothing.
+        Returns the ids decided."""
+
+        async def send() -> list[str]:
+            found: list[str] = await self._handle.execute_update("approve", dict(decisions))
+            return found
+
+        try:
+            return await self._portal.call(send)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            raise DurableSessionError(str(getattr(cause, "message", cause))) from exc
+
     async def pending_approvals(self) -> list[dict[str, Any]]:
-        """The calls that wait for a decision."""
+        """The held calls that wait for a decision: ``call_id``, ``tool``, ``input`` (the
+        call's own arguments), ``prompt`` and ``digest`` (what a decision binds to)."""
         found: list[dict[str, Any]] = await self._portal.call(
             self._handle.query, "pending_approvals"
         )

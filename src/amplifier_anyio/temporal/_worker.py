@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
@@ -29,6 +31,7 @@ from ..errors import ConfigError, DurableSessionError
 from ..kernel._mount_plan import DurableSpec, MountPlan
 from ..runtime._tool_batch import ToolBatchConfig
 from ..runtime._turn import TurnConfig
+from . import _outlet
 from ._activities import Mounted, SessionActivities
 from ._portal import AsyncioPortal, wait_future
 from ._workflow import SessionWorkflow
@@ -39,6 +42,8 @@ PlanLike = MountPlan | Mapping[str, Any] | str | Path
 """A plan as the durable API takes it: parsed, a dict, or a YAML/TOML file path."""
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
+
+logger = logging.getLogger(__name__)
 
 
 def load_plan(plan: PlanLike) -> MountPlan:
@@ -177,10 +182,52 @@ class SessionWorker:
                 default_heartbeat_throttle_interval=timedelta(seconds=self.heartbeat_every),
                 graceful_shutdown_timeout=timedelta(seconds=5),
             )
-            async with worker:
+            async with worker, _outlets(self.task_queue, mounted):
                 ready()
                 assert self._stop is not None
                 await self._stop.wait()
+
+
+EVENT_DRAIN = 5.0
+"""How long a stopping worker may take to deliver the session events still queued."""
+
+
+@contextlib.asynccontextmanager
+async def _outlets(task_queue: str, mounted: Mapping[str, Mounted]) -> AsyncIterator[None]:
+    """Deliver the session-level events the workflows post (``_outlet``) to each plan's
+    hooks, in the order posted; at the end, what is still queued (bounded)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[Mounted, str, dict[str, Any]] | None] = asyncio.Queue()
+
+    def sink_of(plan: Mounted) -> _outlet.Post:
+        def sink(event: str, data: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (plan, event, data))
+
+        return sink
+
+    sinks = {_outlet.outlet_key(task_queue, key): sink_of(plan) for key, plan in mounted.items()}
+
+    async def deliver() -> None:
+        while (item := await queue.get()) is not None:
+            plan, event, data = item
+            try:
+                await plan.coordinator.hooks.emit(event, data)
+            except Exception:  # an observer's failure is logged, the session goes on
+                logger.exception("delivering %s failed", event)
+
+    for key, sink in sinks.items():
+        _outlet.register(key, sink)
+    delivering = asyncio.create_task(deliver())
+    try:
+        yield
+    finally:
+        for key, sink in sinks.items():
+            _outlet.unregister(key, sink)
+        queue.put_nowait(None)
+        done, _ = await asyncio.wait([delivering], timeout=EVENT_DRAIN)
+        if not done:
+            delivering.cancel()
+            await asyncio.wait([delivering])
 
 
 async def _mount(stack: AsyncExitStack, plan: MountPlan) -> Mounted:

@@ -23,12 +23,21 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from ..events import (
+        CANCEL_COMPLETED,
+        EXECUTION_END,
+        EXECUTION_START,
+        ORCHESTRATOR_COMPLETE,
+        PROMPT_COMPLETE,
+    )
     from ..kernel._turns import TurnStatus
     from ..models import Usage, structure, unstructure
     from ..runtime import _policy as policy
+    from ..runtime._progress import DEFAULT_REPEATS, NO_PROGRESS_FINISH_REASON, ProgressWatch
+    from . import _outlet
 
 __all__ = ("SessionWorkflow", "WORKFLOW_NAME", "PROVIDER_ACTIVITY", "TOOL_ACTIVITY")
 
@@ -72,6 +81,11 @@ class SessionWorkflow:
         self._graceful = False
         self._turn_task: asyncio.Task[dict[str, Any]] | None = None
         self._last: dict[str, Any] | None = start.get("last")
+        self._pending: dict[str, dict[str, Any]] = {}
+        """Call id → the held call (tool, input, prompt, digest), in call order."""
+        self._decisions: dict[str, dict[str, Any]] = {}
+        """Call id → its decision (``decision``, the ``digest`` it binds to, ``prompt``)."""
+        self._rounds = 0
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> dict[str, Any]:
@@ -82,8 +96,10 @@ class SessionWorkflow:
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
         if not self._closing:
+            timeout = float(self._settings.get("workflow_task_timeout", 10.0))
             workflow.continue_as_new(
-                {"settings": self._settings, "messages": self._messages, "last": self._last}
+                {"settings": self._settings, "messages": self._messages, "last": self._last},
+                task_timeout=timedelta(seconds=timeout),
             )
         return {"messages": len(self._messages)}
 
@@ -96,8 +112,41 @@ class SessionWorkflow:
 
     @workflow.query(name="pending_approvals")
     def pending_approvals(self) -> list[dict[str, Any]]:
-        """The calls that wait for a decision (none yet: approvals are not durable here)."""
-        return []
+        """The held calls still waiting for a decision: ``call_id``, ``tool``, ``input``
+        (the call's own arguments), ``prompt`` and ``digest`` (what a decision binds to)."""
+        return [dict(c) for i, c in self._pending.items() if i not in self._decisions]
+
+    @workflow.update(name="approve")
+    def approve(self, decisions: dict[str, Any]) -> list[str]:
+        """Decide held calls: ``{call_id: "allow" | "deny"}``, or ``{call_id: {"decision":
+        ..., "digest": ...}}`` to bind the decision to the arguments the approver saw. A
+        plain decision binds to the digest of the call as it is held. The ids decided."""
+        self._rounds += 1
+        for call_id, value in decisions.items():
+            decision, digest = _decision_of(call_id, value)
+            held = self._pending[call_id]
+            self._decisions[call_id] = {
+                "decision": decision,
+                "digest": digest or held["digest"],
+                "prompt": held["prompt"],
+                "round": self._rounds,
+            }
+        return list(decisions)
+
+    @approve.validator
+    def _check_approve(self, decisions: dict[str, Any]) -> None:
+        if not isinstance(decisions, dict) or not decisions:
+            msg = "approve: expected {call_id: 'allow' | 'deny'}, got no decision"
+            raise ApplicationError(msg, non_retryable=True)
+        for call_id, value in decisions.items():
+            if call_id not in self._pending:
+                waiting = ", ".join(self._pending) or "none"
+                msg = f"approve: no call {call_id!r} waits for an approval (waiting: {waiting})"
+                raise ApplicationError(msg, non_retryable=True)
+            if call_id in self._decisions:
+                msg = f"approve: call {call_id!r} is already decided"
+                raise ApplicationError(msg, non_retryable=True)
+            _decision_of(call_id, value)
 
     @workflow.query(name="last_result")
     def last_result(self) -> dict[str, Any] | None:
@@ -141,23 +190,74 @@ class SessionWorkflow:
             msg = "run: the session is closed"
             raise RuntimeError(msg)
 
+    def _event(self, event: str, data: dict[str, Any]) -> None:
+        """A session-level event for the worker's hooks, only when not replaying (a replay
+        re-runs this code for events that were delivered when it first ran)."""
+        if workflow.unsafe.is_replaying():
+            return
+        key = _outlet.outlet_key(workflow.info().task_queue, str(self._settings["plan"]))
+        _outlet.post(key, event, data)
+
+    def _closing_events(self, turn: _TurnState) -> None:
+        """The turn's terminal events, as the in-process turn emits them."""
+        orchestrator = str(self._settings.get("orchestrator", "loop-basic"))
+        if turn.status is TurnStatus.CANCELLED:
+            data = {
+                "orchestrator": orchestrator,
+                "was_immediate": turn.immediate,
+                "turn_count": turn.iterations,
+            }
+            self._event(CANCEL_COMPLETED, data)
+        if turn.status in (TurnStatus.SUCCESS, TurnStatus.INCOMPLETE):
+            self._event(
+                PROMPT_COMPLETE, {"response_preview": turn.text[:200], "length": len(turn.text)}
+            )
+        self._event(
+            ORCHESTRATOR_COMPLETE,
+            {
+                "orchestrator": orchestrator,
+                "turn_count": turn.iterations,
+                "status": str(turn.status),
+            },
+        )
+        end: dict[str, Any] = {
+            "response": turn.text,
+            "status": policy.execution_status(turn.status),
+        }
+        if turn.status is TurnStatus.ERROR and turn.error is not None:
+            end["error"] = dict(turn.error)
+        self._event(EXECUTION_END, end)
+
     async def _turn(self, prompt: str) -> dict[str, Any]:
-        turn = _TurnState(trace_id=workflow.uuid4().hex)
+        repeats = self._settings.get("no_progress", DEFAULT_REPEATS)
+        turn = _TurnState(
+            trace_id=workflow.uuid4().hex,
+            progress=None if repeats is None else ProgressWatch(int(repeats)),
+        )
+        self._event(EXECUTION_START, {"prompt": prompt})
         self._messages.append({"role": "user", "content": prompt})
+        turn.submit = prompt
         try:
             await self._loop(turn)
         except asyncio.CancelledError:
             turn.status = TurnStatus.CANCELLED  # an immediate cancel: every call is answered
+            turn.immediate = True
         except ActivityError as exc:
             turn.status = TurnStatus.ERROR
             cause = exc.cause if exc.cause is not None else exc
             turn.error = {"type": type(cause).__name__, "msg": str(cause)}
+        turn.status, turn.finish_reason = policy.halted_status(
+            turn.status, turn.halted, turn.finish_reason
+        )
+        self._closing_events(turn)
         return turn.result()
 
     async def _loop(self, turn: _TurnState) -> None:
         limit = int(self._settings["max_iterations"])
         pauses = 0
         while policy.within_limit(turn.iterations, limit):
+            if turn.halted is not None:
+                return  # the no-progress watch stopped the turn
             if self._graceful:
                 turn.status = TurnStatus.CANCELLED
                 return
@@ -177,6 +277,8 @@ class SessionWorkflow:
                 return
             self._messages.append(reply["assistant"])
             await self._batch(turn, calls)
+        if turn.halted is not None:
+            return
         if self._graceful:
             turn.status = TurnStatus.CANCELLED
             return
@@ -204,39 +306,126 @@ class SessionWorkflow:
                 "messages": self._messages,
                 "with_tools": with_tools,
                 "reminder": reminder,
+                "injections": turn.take_injections(),
+                "submit": turn.take_submit(),
             },
             **_options(spec, int(spec["maximum_attempts"])),
         )
-        turn.iterations += 1
-        turn.usage = _add_usage(turn.usage, reply.get("usage"))
-        turn.finish_reason = reply["finish_reason"]
-        if reply.get("denied") is not None:
+        if reply.get("denied") is not None:  # a hook denied it: no provider call was made
+            if reply.get("submit_denied"):
+                self._messages.pop()  # prompt:submit denied: the prompt is not stored
             turn.text = reply["denied"]
             turn.status = TurnStatus.INCOMPLETE
             return None
+        turn.iterations += 1
+        turn.usage = _add_usage(turn.usage, reply.get("usage"))
+        turn.finish_reason = reply["finish_reason"]
         return reply
 
     async def _batch(self, turn: _TurnState, calls: list[dict[str, Any]]) -> None:
-        """Start every call at once; append one result per call, in call order."""
-        spec = self._settings["tools"]
+        """Start every call at once; append one result per call, in call order.
+
+        A call whose approval is deferred is held: it waits here for the update
+        ``approve`` (the batch's other calls keep their results meanwhile), then runs again
+        allowed (bound to the decided digest) or is answered denied. A cancel answers the
+        calls still held *cancelled*."""
         group = workflow.uuid4().hex
+        results: dict[str, dict[str, Any]] = {}
+        unfinished: dict[str, str] = {}
+        round_: list[tuple[int, dict[str, Any], dict[str, Any] | None]] = [
+            (index, call, None) for index, call in enumerate(calls)
+        ]
+        cancelled = False
+        try:
+            while round_:
+                cancelled = await self._run_calls(turn, round_, group, results, unfinished)
+                if cancelled or not self._pending:
+                    break
+                await workflow.wait_condition(
+                    lambda: self._graceful or all(c in self._decisions for c in self._pending)
+                )
+                if self._graceful:
+                    break
+                round_ = [
+                    (index, call, self._decisions.pop(str(call["id"])))
+                    for index, call in enumerate(calls)
+                    if str(call["id"]) in self._pending
+                ]
+                self._pending.clear()
+        except asyncio.CancelledError:
+            cancelled = True
+        for call_id in self._pending:
+            unfinished[call_id] = "cancelled"  # held, never decided: a cancel ended the wait
+        self._pending.clear()
+        self._decisions.clear()
+
+        def answer(call_id: str, name: str) -> dict[str, Any]:
+            if unfinished.get(call_id) == "cancelled":
+                return policy.cancelled_message(call_id, name)
+            return policy.interrupted_message(call_id, name)
+
+        extras = {
+            i: (m.pop("success", None), m.pop("injections", []), m.pop("after", []))
+            for i, m in results.items()
+        }
+        self._messages.extend(policy.ordered_results(calls, results, answer))
+        found = [extras.get(str(call["id"])) for call in calls]
+        for extra in found:
+            if extra is not None:
+                turn.injections.extend(extra[1])
+                self._messages.extend(extra[2])  # the hooks' persistent injections
+        step = policy.watch_progress(
+            turn.progress,
+            [
+                (
+                    str(call["name"]),
+                    call["arguments"],
+                    extra[0] if extra is not None else None,
+                    results[str(call["id"])]["content"] if extra is not None else None,
+                )
+                for call, extra in zip(calls, found, strict=True)
+            ],
+        )
+        turn.injections.extend(step.injections)
+        if step.problem is not None and turn.halted is None:
+            turn.halted = NO_PROGRESS_FINISH_REASON
+            turn.problems.append(step.problem)
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _run_calls(
+        self,
+        turn: _TurnState,
+        calls: list[tuple[int, dict[str, Any], dict[str, Any] | None]],
+        group: str,
+        results: dict[str, dict[str, Any]],
+        unfinished: dict[str, str],
+    ) -> bool:
+        """Run ``calls`` (index, call, decision) at once, each its own activity; their
+        results, the unfinished and the held go where they belong. Whether a cancel came."""
+        spec = self._settings["tools"]
         session_id = workflow.info().workflow_id
         handles = []
-        for index, call in enumerate(calls):
+        for index, call, decision in calls:
             attempts = int(spec["maximum_attempts"]) if call.get("idempotent") else 1
+            request: dict[str, Any] = {
+                "plan": self._settings["plan"],
+                "session_id": session_id,
+                "trace_id": turn.trace_id,
+                "call": {k: call[k] for k in ("id", "name", "arguments")},
+                "index": index,
+                "group": group,
+                "key": f"{session_id}/{call['id']}",
+            }
+            attempt = ""
+            if decision is not None:
+                request["decision"] = decision
+                attempt = f"-{decision['round']}"
             handles.append(
                 workflow.start_activity(
                     TOOL_ACTIVITY,
-                    {
-                        "plan": self._settings["plan"],
-                        "session_id": session_id,
-                        "trace_id": turn.trace_id,
-                        "call": {k: call[k] for k in ("id", "name", "arguments")},
-                        "index": index,
-                        "group": group,
-                        "key": f"{session_id}/{call['id']}",
-                    },
-                    activity_id=f"tool-{call['id']}",
+                    request,
+                    activity_id=f"tool-{call['id']}{attempt}",
                     **_options(spec, attempts),
                 )
             )
@@ -249,25 +438,35 @@ class SessionWorkflow:
                 handle.cancel()
             # WAIT_CANCELLATION_COMPLETED: each settles as what really happened to it
             await asyncio.wait(handles)
-        results: dict[str, dict[str, Any]] = {}
-        unfinished: dict[str, str] = {}
-        for call, handle in zip(calls, handles, strict=True):
+        for (_, call, _), handle in zip(calls, handles, strict=True):
+            call_id = str(call["id"])
             error = None if handle.cancelled() else handle.exception()
             if not handle.cancelled() and error is None:
-                results[str(call["id"])] = handle.result()
+                message = dict(handle.result())
+                held = message.pop("held", None)
+                if held is not None and not cancelled:
+                    self._pending[call_id] = held
+                elif held is not None:
+                    unfinished[call_id] = "cancelled"
+                else:
+                    results[call_id] = message
             elif handle.cancelled() or _cancelled(error):
-                unfinished[str(call["id"])] = "cancelled"
+                unfinished[call_id] = "cancelled"
             else:
-                unfinished[str(call["id"])] = "interrupted"
+                unfinished[call_id] = "interrupted"
+        return cancelled
 
-        def answer(call_id: str, name: str) -> dict[str, Any]:
-            if unfinished.get(call_id) == "cancelled":
-                return policy.cancelled_message(call_id, name)
-            return policy.interrupted_message(call_id, name)
 
-        self._messages.extend(policy.ordered_results(calls, results, answer))
-        if cancelled:
-            raise asyncio.CancelledError
+def _decision_of(call_id: str, value: Any) -> tuple[str, str | None]:
+    """``(decision, digest or None)`` of one entry of ``approve``; ApplicationError if bad."""
+    if isinstance(value, dict):
+        decision, digest = value.get("decision"), value.get("digest")
+    else:
+        decision, digest = value, None
+    if decision not in ("allow", "deny") or not (digest is None or isinstance(digest, str)):
+        msg = f"approve: {call_id!r}: expected 'allow' or 'deny' (and a digest), got {value!r}"
+        raise ApplicationError(msg, non_retryable=True)
+    return str(decision), digest
 
 
 def _cancelled(error: BaseException | None) -> bool:
@@ -279,8 +478,16 @@ def _cancelled(error: BaseException | None) -> bool:
 class _TurnState:
     """What one turn has done so far (plain data)."""
 
-    def __init__(self, *, trace_id: str) -> None:
+    def __init__(self, *, trace_id: str, progress: ProgressWatch | None = None) -> None:
         self.trace_id = trace_id
+        self.progress = progress
+        self.halted: str | None = None
+        self.problems: list[str] = []
+        self.injections: list[dict[str, Any]] = []
+        """Ephemeral injections for the next provider call."""
+        self.submit: str | None = None
+        """The prompt, until the first provider call emits ``prompt:submit`` for it."""
+        self.immediate = False
         self.iterations = 0
         self.text = ""
         self.status = TurnStatus.SUCCESS
@@ -297,4 +504,15 @@ class _TurnState:
             "trace_id": self.trace_id,
             "finish_reason": self.finish_reason,
             "error": self.error,
+            "problems": list(self.problems),
         }
+
+    def take_submit(self) -> str | None:
+        """The prompt whose ``prompt:submit`` the next provider call emits (once)."""
+        found, self.submit = self.submit, None
+        return found
+
+    def take_injections(self) -> list[dict[str, Any]]:
+        """The ephemeral injections for the provider call about to start (then none)."""
+        found, self.injections = self.injections, []
+        return found
