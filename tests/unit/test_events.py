@@ -70,6 +70,7 @@ OUR_EVENTS = (
     "provider:hedge",
     "provider:hedge_settled",
     "provider:cache",
+    "hook:slow",
     *(
         f"lifecycle:{stage}"
         for stage in (
