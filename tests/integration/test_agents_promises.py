@@ -21,8 +21,8 @@ from _agents_kit import (
 
 from amplifier_anyio import AmplifierSession, ChatRequest, ChatResponse, TurnStatus
 from amplifier_anyio.events import TASK_AGENT_COMPLETED, TASK_AGENT_RESUMED, TASK_AGENT_SPAWNED
+from amplifier_anyio.kernel._ids import agent_of_child_id
 from amplifier_anyio.providers.scripted import ScriptedProvider
-from amplifier_anyio.session._agents import agent_of_child_id
 from amplifier_anyio.testing import EventRecorder
 
 pytestmark = pytest.mark.anyio

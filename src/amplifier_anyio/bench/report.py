@@ -112,14 +112,15 @@ def short_backend(name: str) -> str:
 
 def _emit_table(report: dict[str, Any], markdown: bool) -> Table:
     table = new_table(
-        "HookRegistry.emit (no-op async handlers)",
-        ["backend", "handlers", "ns/emit", "ns/emit min", "ns/handler"],
+        "HookRegistry.emit (no-op handlers: async, or one plain function called inline)",
+        ["backend", "handlers", "kind", "ns/emit", "ns/emit min", "ns/handler"],
         markdown,
     )
     for case in report["emit"]:
         table.add_row(
             case["backend"],
             str(case["handlers"]),
+            case.get("kind", "async"),
             fmt_num(case["ns_per_emit"]),
             fmt_num(case["ns_per_emit_min"]),
             fmt_num(case["ns_per_handler"]),

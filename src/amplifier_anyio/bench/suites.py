@@ -21,7 +21,14 @@ from ..kernel._hooks import HookRegistry
 from .config import BenchConfig, backend_spec
 from .extension import Extension, Step, Variant
 from .timing import Timing, peak_bytes, ratio, time_variants
-from .workloads import FanoutTurn, Job, noop_handler, prepare_batch, prepare_floor
+from .workloads import (
+    FanoutTurn,
+    Job,
+    noop_handler,
+    plain_noop_handler,
+    prepare_batch,
+    prepare_floor,
+)
 
 __all__ = ("Step", "backend_suite", "compaction_suite", "conversation", "count_steps")
 
@@ -32,7 +39,7 @@ def count_steps(config: BenchConfig, backends: int, extension: Extension | None 
     if "fanout" in config.suites or "peers" in config.suites:
         per_backend += len(config.sizes) * len(config.delays) * len(config.hook_counts)
     if "emit" in config.suites:
-        per_backend += len(config.emit_handlers)
+        per_backend += len(config.emit_handlers) + 1  # and one plain handler
     if "batch" in config.suites:
         per_backend += 1
     compaction = len(config.compaction_sizes) if "compaction" in config.suites else 0
@@ -57,6 +64,8 @@ async def backend_suite(
         for handlers in config.emit_handlers:
             results["emit"].append(await _emit_case(name, config, handlers))
             step(f"{name}: emit with {handlers} handlers")
+        results["emit"].append(await _emit_case(name, config, 1, plain=True))
+        step(f"{name}: emit with 1 plain handler")
         _per_handler(results["emit"])
     if "batch" in config.suites:
         results["batch"].append(await _batch_case(name, config))
@@ -170,10 +179,13 @@ async def _memory(turn: FanoutTurn, n: int, delay: float) -> dict[str, float]:
     }
 
 
-async def _emit_case(name: str, config: BenchConfig, handlers: int) -> dict[str, Any]:
+async def _emit_case(
+    name: str, config: BenchConfig, handlers: int, *, plain: bool = False
+) -> dict[str, Any]:
+    """``handlers`` no-op handlers on one event: async ones, or plain functions (inline)."""
     hooks = HookRegistry()
     for index in range(handlers):
-        hooks.register(TOOL_PRE, noop_handler, name=f"bench-{index}")
+        hooks.register(TOOL_PRE, plain_noop_handler if plain else noop_handler, name=f"b-{index}")
     data = {"tool_name": "sleep", "tool_call_id": "call_0", "tool_input": {}, "index": 0}
     iterations = config.emit_iterations
 
@@ -188,6 +200,7 @@ async def _emit_case(name: str, config: BenchConfig, handlers: int) -> dict[str,
     return {
         "backend": name,
         "handlers": handlers,
+        "kind": "plain" if plain else "async",
         "iterations": iterations,
         "repeats": config.repeats,
         "emit": timing.to_dict(),
@@ -199,7 +212,9 @@ async def _emit_case(name: str, config: BenchConfig, handlers: int) -> dict[str,
 
 def _per_handler(cases: list[dict[str, Any]]) -> None:
     """Fill ``ns_per_handler``: the cost over the emit with no handler, per handler."""
-    empty = next((c["ns_per_emit"] for c in cases if c["handlers"] == 0), None)
+    empty = next(
+        (c["ns_per_emit"] for c in cases if c["handlers"] == 0 and c.get("kind") != "plain"), None
+    )
     for case in cases:
         if empty is not None and case["handlers"] > 0:
             case["ns_per_handler"] = (case["ns_per_emit"] - empty) / case["handlers"]

@@ -29,6 +29,7 @@ __all__ = (
     "LeanContext",
     "SleepTool",
     "noop_handler",
+    "plain_noop_handler",
     "sleep_into",
     "taskgroup_floor",
     "FanoutTurn",
@@ -47,6 +48,11 @@ _OK = ToolResult(success=True, output="ok")
 
 async def noop_handler(event: str, data: dict[str, Any]) -> HookResult:
     """A hook handler that does nothing and lets the call continue."""
+    return _CONTINUE
+
+
+def plain_noop_handler(event: str, data: dict[str, Any]) -> HookResult:
+    """The same as a plain function: the registry calls it inline, on the loop."""
     return _CONTINUE
 
 

@@ -219,7 +219,7 @@ class HookRegistry:
         counts = {evt: len(entries) for evt, entries in self._handlers.items() if entries}
         return HookRegistryStatistics(handlers=counts, emits=self._emits)
 
-    async def emit(self, event: str, data: dict[str, Any]) -> HookResult:
+    async def emit(self, event: str, data: dict[str, Any]) -> HookResult:  # noqa: PLR0915 - flat: hot path
         """Run the handlers of ``event`` and reduce their answers to one HookResult.
 
         Handlers see ``{**defaults, **data, "timestamp": now}`` (plus the turn's
@@ -260,6 +260,23 @@ class HookRegistry:
                 if got is None:
                     continue
                 result = got if type(got) is HookResult else _answer(entry, event, got)
+            elif entry.inline:  # a plain handler, inlined too: timed, on the loop
+                started = _perf_counter()
+                try:
+                    got = entry.handler(event, current)
+                except Exception as exc:  # noqa: BLE001 - logged, and a deny on a gate
+                    got = _failed(entry, event, exc)
+                held = _perf_counter() - started
+                if held > self._slow_handler and entry.seq not in self._reported_slow:
+                    await self._report_slow(entry, event, held)
+                if got is None:
+                    continue
+                if type(got) is HookResult:
+                    result = got
+                elif inspect.isawaitable(got):  # a plain function that returned a coroutine
+                    result = await self._awaited(entry, event, got)
+                else:
+                    result = _answer(entry, event, got)
             else:
                 result = await self._call(entry, event, current)
             if result is None or result.action == "continue":
@@ -380,6 +397,18 @@ class HookRegistry:
             return result
         return _answer(entry, event, result, collecting=collecting)
 
+    async def _awaited(
+        self, entry: _Entry, event: str, pending: Any, *, collecting: bool = False
+    ) -> HookResult | None:
+        """The answer of a plain handler that returned an awaitable."""
+        try:
+            result = await pending
+        except Exception as exc:  # noqa: BLE001 - logged, and a deny on a gate
+            return _failed(entry, event, exc, collecting=collecting)
+        if result is None or isinstance(result, HookResult):
+            return result
+        return _answer(entry, event, result, collecting=collecting)
+
     async def _report_slow(self, entry: _Entry, event: str, held: float) -> None:
         """Name a plain handler that held the loop too long, once (log and ``hook:slow``)."""
         self._reported_slow.add(entry.seq)
@@ -403,6 +432,7 @@ _DIGITS = tuple(f"{i:03d}" for i in range(1000))
 _MICROS = tuple(f"{i:03d}+00:00" for i in range(1000))
 """The last three digits of the microseconds and the UTC offset, by value."""
 _time_ns = time.time_ns
+_perf_counter = time.perf_counter
 
 
 def utc_timestamp() -> str:

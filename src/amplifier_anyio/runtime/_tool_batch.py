@@ -39,7 +39,7 @@ import inspect
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -265,8 +265,8 @@ class ToolBatch:
         claims = self._claims = claim_table(
             self.calls, self.tools, self.hooks, self.parallel_group_id
         )
-        if self.hooks.has_handlers(TOOL_PRE):
-            # tool:pre in call order (the calls still run in parallel): see _in_turn
+        in_order = self.hooks.has_handlers(TOOL_PRE)  # tool:pre in call order: see _in_turn
+        if in_order and (claims is not None or self.config.max_parallel_tools is not None):
             self._turns = [anyio.Event() for _ in self.calls]
             self._turns[0].set()
         if self.hooks.has_handlers(TOOL_POST) or self.hooks.has_handlers(TOOL_ERROR):
@@ -280,8 +280,13 @@ class ToolBatch:
                     self._spawn(tg, index, claims.run, self._execute, index, call, limiter)
                 return
             if self.config.max_parallel_tools is None:
+                if in_order:  # the k-th task to start runs call k: see _ticketed
+                    tickets = iter(range(len(self.calls)))
+                    for _ in self.calls:
+                        tg.start_soon(self._ticketed, tickets)
+                    return
                 for index, call in enumerate(self.calls):
-                    self._spawn(tg, index, self._execute, index, call)
+                    tg.start_soon(self._execute, index, call)
                 return
             limiter = anyio.CapacityLimiter(self.config.max_parallel_tools)
             for index, call in enumerate(self.calls):
@@ -299,16 +304,28 @@ class ToolBatch:
         else:
             tg.start_soon(self._in_turn, index, run, args)
 
+    async def _ticketed(self, tickets: Iterator[int]) -> None:
+        """Run the next call of the batch: the k-th task to start takes call k.
+
+        The scheduler picks the order in which a batch's tasks start (trio runs them in
+        spawn order or its reverse, on purpose). A task takes its call when it first
+        runs, and a call's ``tool:pre`` emit starts before its first checkpoint, so the
+        emits start in call order on every run — in the same scheduling round, with no
+        task waiting for another.
+        """
+        index = next(tickets)
+        await self._execute(index, self.calls[index])
+
     async def _in_turn(
         self, index: int, run: Callable[..., Coroutine[Any, Any, None]], args: tuple[Any, ...]
     ) -> None:
         """Start a call once the call before it has started to emit its ``tool:pre``.
 
-        The scheduler picks the order in which a batch's tasks start (trio shuffles it on
-        purpose); waiting here, before any seat or claim is taken, makes the ``tool:pre``
-        events of a batch arrive in call order on every run, and cannot deadlock: a call
-        only ever waits for earlier ones. The wait ends at the earlier call's event, not
-        at its tool: the tools still run in parallel.
+        For a batch whose calls take seats (``max_parallel_tools``) or claims, where a
+        task may wait before its ``tool:pre``: waiting here, before any seat or claim is
+        taken, makes the emits start in call order on every run, and cannot deadlock (a
+        call only ever waits for earlier ones). The wait ends at the earlier call's
+        emit, not at its tool: the tools still run in parallel.
         """
         assert self._turns is not None
         await self._turns[index].wait()
@@ -691,31 +708,36 @@ class ToolBatch:
 
 
 class _SameInstant:
-    """Calls of a batch that finish at one instant emit in call order.
+    """Calls of a batch emit in the order they finished, and in call order within an instant.
 
-    Calls that finish at one instant (tools that sleep alike under a virtual clock, or
-    answer at once) are woken together, and the scheduler runs them in any order (trio
-    shuffles on purpose). Each finished call yields once, so that every call finishing
-    in that instant joins the queue, then the lowest index goes first. A call never
-    waits for one that has not finished: a slow sibling holds nobody.
+    Calls that finish at one instant of the clock (tools that sleep alike under a virtual
+    clock, or answer at once) are woken together, and the scheduler runs them in any
+    order (trio shuffles on purpose). Each finished call notes its instant and yields
+    once, so that every call finishing in that instant joins the queue; then the queue
+    goes by (instant, call index), and each call, as it goes, wakes the next one only.
+    A call never waits for one that has not finished: a slow sibling holds nobody.
     """
 
     def __init__(self) -> None:
-        self._ready: list[int] = []  # a heap of call indices
-        self._changed = anyio.Event()
+        self._ready: list[tuple[float, int]] = []  # a heap of (instant, call index)
+        self._waiting: dict[int, anyio.Event] = {}
 
     async def in_call_order(self, index: int) -> None:
-        heapq.heappush(self._ready, index)
+        ready = self._ready
+        entry = (anyio.current_time(), index)
+        heapq.heappush(ready, entry)
         try:
             await anyio.lowlevel.checkpoint()  # the others of this instant join the queue
-            while self._ready[0] != index:
-                await self._changed.wait()
+            while ready[0] != entry:
+                wake = self._waiting[index] = anyio.Event()
+                await wake.wait()
         finally:
             # Whether it goes on or was cancelled, it leaves the queue; the next may go.
-            self._ready.remove(index)
-            heapq.heapify(self._ready)
-            self._changed.set()
-            self._changed = anyio.Event()
+            self._waiting.pop(index, None)
+            ready.remove(entry)
+            heapq.heapify(ready)
+            if ready and (head := self._waiting.get(ready[0][1])) is not None:
+                head.set()
 
 
 def _journal_of(context: Any) -> ToolJournal | None:
