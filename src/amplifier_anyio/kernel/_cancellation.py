@@ -37,7 +37,7 @@ CancelCallback = Callable[[], Awaitable[Any] | Any]
 
 _S = TypeVar("_S", bound="Cancellable")
 
-IMMEDIATE = "cancellation token: immediate request"
+_NO_REASON = "cancellation token: immediate request"
 """The reason of an immediate request that gave none."""
 
 
@@ -172,7 +172,7 @@ class CancellationToken:
 
     def _become_immediate(self, reason: str | None) -> None:
         self._state = CancellationState.IMMEDIATE
-        self._reason = reason or IMMEDIATE
+        self._reason = reason or _NO_REASON
         logger.debug("turn cancelled immediately: %s", self._reason)
 
     def _cancel_scopes(self) -> None:

@@ -442,9 +442,9 @@ class _SessionOrchestrator(ReferenceOrchestrator):
 
 @attrs.define(eq=False)
 class _ImmediateCancel:
-    """What the turn's token cancels on an immediate request (a
-    [`Cancellable`][amplifier_anyio.kernel._cancellation.Cancellable]): the orchestration
-    while one runs (so it ends with its own CANCELLED stage), else the turn's scope."""
+    """What the turn's token cancels on an immediate request (a ``Cancellable``, with the
+    request's reason): the orchestration while one runs (so it ends with its own CANCELLED
+    stage), else the turn's scope."""
 
     turn: _LifecycleTurn
     scope: anyio.CancelScope
