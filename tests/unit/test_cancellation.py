@@ -431,3 +431,68 @@ class TestBoundScopes:
         assert token.statistics().bound_scopes == 0
         token.request_immediate()
         assert not scope.cancel_called
+
+
+# -- reasons -------------------------------------------------------------------------------
+
+
+class Target:
+    """A `Cancellable` that is not a cancel scope: records the reasons it was given."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str | None] = []
+
+    def cancel(self, reason: str | None = None) -> None:
+        self.reasons.append(reason)
+
+
+def test_an_immediate_request_gives_its_reason_to_bound_targets_and_children() -> None:
+    token, child, target = CancellationToken(), CancellationToken(), Target()
+    token.register_child(child)
+    child_target = Target()
+    with token.bind_scope(target), child.bind_scope(child_target):
+        assert token.reason is None
+        token.request_graceful()
+        assert token.reason is None  # graceful cancels nothing
+        token.request_immediate("budget spent: max_tokens")
+        token.request_immediate("a second request changes nothing")
+
+    assert token.reason == "budget spent: max_tokens"
+    assert target.reasons == ["budget spent: max_tokens"]
+    assert (
+        child.reason == child_target.reasons[0] == "parent turn cancelled: budget spent: max_tokens"
+    )
+    late = CancellationToken()
+    token.register_child(late)
+    assert late.reason == "parent turn cancelled: budget spent: max_tokens"
+
+
+def test_a_target_bound_to_an_immediate_token_hears_its_reason() -> None:
+    token, target = CancellationToken(), Target()
+    token.request_immediate()  # no reason given: the token says so
+    with token.bind_scope(target) as bound:
+        assert bound is target
+    assert target.reasons == ["cancellation token: immediate request"]
+
+
+async def test_the_reason_reaches_the_cancelled_code(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG", logger="amplifier_anyio.kernel._cancellation")
+    token = CancellationToken()
+    seen: list[str] = []
+
+    async def call() -> None:
+        with anyio.CancelScope() as scope, token.bind_scope(scope):
+            try:
+                await anyio.sleep_forever()
+            except anyio.get_cancelled_exc_class() as exc:
+                seen.append(str(exc))
+                raise
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await anyio.wait_all_tasks_blocked()
+        await token.request(immediate=True, reason="host: the user closed the tab")
+
+    [message] = seen
+    assert "host: the user closed the tab" in message
+    assert caplog.messages == ["turn cancelled immediately: host: the user closed the tab"]

@@ -247,7 +247,7 @@ class _Repl:
                                 )
                             await self._sessions()
                 finally:
-                    group.cancel_scope.cancel()
+                    group.cancel_scope.cancel("chat: leaving (the Ctrl-C watcher stops)")
         return self.exit_code
 
     # -- Ctrl-C ---------------------------------------------------------------------------
@@ -269,13 +269,13 @@ class _Repl:
                 return
             say("\n(Ctrl-C again, Ctrl-D or /exit to leave)")
             if self._read_scope is not None:
-                self._read_scope.cancel()
+                self._read_scope.cancel("chat: Ctrl-C at the prompt")
         elif self.state is _State.TURN and self.session is not None:
             if self.presses == 1:
                 self.session.cancel()
                 say("\n(cancelling: the running tools finish first; Ctrl-C again to stop now)")
             elif self.presses == 2:
-                self.session.cancel(immediate=True)
+                self.session.cancel(immediate=True, reason="chat: Ctrl-C twice during a turn")
                 say("\n(stopping now; Ctrl-C again to leave)")
             else:
                 self._leave()
@@ -285,7 +285,7 @@ class _Repl:
         self.exit_code = 130
         say("\ninterrupted")
         if self._scope is not None:
-            self._scope.cancel()
+            self._scope.cancel("chat: left with Ctrl-C")
 
     # -- sessions -------------------------------------------------------------------------
 

@@ -273,7 +273,7 @@ class _Turn:
                         try:
                             outcome = await self._turn()
                         finally:
-                            group.cancel_scope.cancel()
+                            group.cancel_scope.cancel("run: turn over (the Ctrl-C watcher stops)")
         except BaseExceptionGroup as wrapped:
             if len(wrapped.exceptions) != 1:
                 raise
@@ -308,7 +308,7 @@ class _Turn:
 
 async def _cancel_on_signal(signals: AsyncIterator[int], scope: anyio.CancelScope) -> None:
     async for _ in signals:
-        scope.cancel()
+        scope.cancel("run: Ctrl-C")
 
 
 def _run(turn: _Turn, backend: str) -> tuple[TurnResult, str]:

@@ -8,6 +8,10 @@ call. Immediate is structural: every cancel scope bound to the token (the turn b
 own) is cancelled, so an in-flight provider call, hook or tool is interrupted at its next
 checkpoint — no polling needed.
 
+An immediate request says why (``reason``: "session.cancel(immediate=True)", "budget
+spent: …"); the reason goes to every bound scope's ``cancel(reason)``, so the backend's
+cancellation exception names it, and to a debug log line of this module.
+
 ``on_cancel`` callbacks run once each.
 [`CancellationToken.request`][amplifier_anyio.CancellationToken.request] runs them *before* it
 cancels the bound scopes, so a tool that stops its own turn still sees them run.
@@ -20,16 +24,30 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import attrs
 
-__all__ = ("CancellationState", "CancellationToken", "CancellationStatistics")
+__all__ = ("Cancellable", "CancellationState", "CancellationStatistics", "CancellationToken")
 
 logger = logging.getLogger(__name__)
 
 CancelCallback = Callable[[], Awaitable[Any] | Any]
+
+_S = TypeVar("_S", bound="Cancellable")
+
+_NO_REASON = "cancellation token: immediate request"
+"""The reason of an immediate request that gave none."""
+
+
+class Cancellable(Protocol):
+    """What a token cancels: an ``anyio.CancelScope``, or an object that decides which
+    scope to cancel when the turn is cancelled (the lifecycle loop's)."""
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Cancel, saying why."""
+        ...
 
 
 class CancellationState(enum.StrEnum):
@@ -59,8 +77,9 @@ class CancellationToken:
         self._running: dict[str, str] = {}
         self._children: list[CancellationToken] = []
         self._callbacks: list[CancelCallback] = []
-        self._scopes: list[anyio.CancelScope] = []
+        self._scopes: list[Cancellable] = []
         self._fired = 0  # how many callbacks have run: each runs once
+        self._reason: str | None = None
 
     @property
     def state(self) -> CancellationState:
@@ -81,6 +100,11 @@ class CancellationToken:
     def is_immediate(self) -> bool:
         """True once immediate cancellation was requested."""
         return self._state is CancellationState.IMMEDIATE
+
+    @property
+    def reason(self) -> str | None:
+        """Why the token was made immediate (None while it is not)."""
+        return self._reason
 
     @property
     def running_tools(self) -> set[str]:
@@ -109,8 +133,8 @@ class CancellationToken:
             child.request_graceful()
         return True
 
-    def request_immediate(self) -> bool:
-        """Cancel the bound turn scopes now. True if the state changed.
+    def request_immediate(self, reason: str | None = None) -> bool:
+        """Cancel the bound turn scopes now, for ``reason``. True if the state changed.
 
         Synchronous, so the ``on_cancel`` callbacks are left for the next
         [`trigger_callbacks`][amplifier_anyio.CancellationToken.trigger_callbacks] (the turn runs
@@ -119,14 +143,15 @@ class CancellationToken:
         """
         if self._state is CancellationState.IMMEDIATE:
             return False
-        self._state = CancellationState.IMMEDIATE
+        self._become_immediate(reason)
         self._cancel_scopes()
         return True
 
     request_cancellation = request_graceful
 
-    async def request(self, immediate: bool = False) -> bool:
-        """Cancel, running the ``on_cancel`` callbacks before any bound scope is cancelled.
+    async def request(self, immediate: bool = False, *, reason: str | None = None) -> bool:
+        """Cancel, running the ``on_cancel`` callbacks before any bound scope is cancelled
+        (``reason``: why, for an immediate request).
 
         From inside the turn (a tool that stops its own turn) the callbacks therefore run
         to completion; the caller is then cancelled at its next checkpoint. Returns True
@@ -139,23 +164,31 @@ class CancellationToken:
             self.request_graceful()
             await self.trigger_callbacks()
             return True
-        self._state = CancellationState.IMMEDIATE
+        self._become_immediate(reason)
         await self._run_callbacks()
         self._cancel_scopes()
         await anyio.lowlevel.checkpoint()
         return True
 
+    def _become_immediate(self, reason: str | None) -> None:
+        self._state = CancellationState.IMMEDIATE
+        self._reason = reason or _NO_REASON
+        logger.debug("turn cancelled immediately: %s", self._reason)
+
     def _cancel_scopes(self) -> None:
         for scope in tuple(self._scopes):
-            scope.cancel()
+            scope.cancel(self._reason)
         for child in tuple(self._children):
-            child.request_immediate()
+            child.request_immediate(self._parents_reason())
+
+    def _parents_reason(self) -> str:
+        return f"parent turn cancelled: {self._reason}"
 
     def register_child(self, child: CancellationToken) -> None:
         """Propagate this token's requests to ``child``, starting with its current state."""
         self._children.append(child)
         if self.is_immediate:
-            child.request_immediate()
+            child.request_immediate(self._parents_reason())
         elif self.is_graceful:
             child.request_graceful()
 
@@ -165,14 +198,15 @@ class CancellationToken:
             self._children.remove(child)
 
     @contextmanager
-    def bind_scope(self, scope: anyio.CancelScope) -> Iterator[anyio.CancelScope]:
-        """Let ``request_immediate()`` cancel ``scope`` while the block runs.
+    def bind_scope(self, scope: _S) -> Iterator[_S]:
+        """Let ``request_immediate()`` cancel ``scope`` (with the request's reason) while
+        the block runs.
 
         If the token is already immediate the scope is cancelled at once.
         """
         self._scopes.append(scope)
         if self.is_immediate:
-            scope.cancel()
+            scope.cancel(self._reason)
         try:
             yield scope
         finally:

@@ -325,22 +325,25 @@ class ModuleCoordinator:
         can reach a later turn."""
         return self._turn.token
 
-    async def request_cancel(self, immediate: bool = False) -> None:
+    async def request_cancel(self, immediate: bool = False, *, reason: str | None = None) -> None:
         """Cancel the current turn: ``cancel:requested``, the callbacks, then its scopes.
 
         The turn is looked up once, before any await (`TurnHandle.request_cancel`):
         a slow ``cancel:requested`` hook cannot make the cancel land on the next turn.
         Nothing happens when the turn is already at (or past) the requested level.
+        ``reason`` (who cancels and why) reaches the cancelled scopes.
         """
-        await self._turn.request_cancel(immediate)
+        why = reason or "coordinator.request_cancel(immediate=True)"
+        await self._turn.request_cancel(immediate, reason=why)
 
-    def request_cancel_nowait(self, immediate: bool = False) -> bool:
+    def request_cancel_nowait(self, immediate: bool = False, *, reason: str | None = None) -> bool:
         """Cancel the current turn now, from synchronous code (`TurnHandle.cancel`).
 
         The turn emits ``cancel:requested`` and runs the callbacks before its terminal
-        events. Returns True if the state changed.
+        events. Returns True if the state changed. ``reason`` as in `request_cancel`.
         """
-        return self._turn.cancel(immediate)
+        why = reason or "coordinator.request_cancel_nowait(immediate=True)"
+        return self._turn.cancel(immediate, reason=why)
 
     def cancel_flush_due(self) -> bool:
         """Whether the current turn has a ``cancel:requested`` or callback still due."""

@@ -101,7 +101,10 @@ class TurnHandle:
             self.parent.token.register_child(self.token)
             self.deadline = min(self.deadline, self.parent.deadline)
             self.budget.parent = self.parent.budget  # spending is charged up the tree
-        self.budget.on_exhausted = self.token.request_immediate
+        self.budget.on_exhausted = self._budget_spent
+
+    def _budget_spent(self) -> None:
+        self.token.request_immediate(f"budget spent: {self.budget.exhausted}")
 
     @property
     def phase(self) -> TurnPhase:
@@ -135,11 +138,12 @@ class TurnHandle:
 
     # -- cancelling ---------------------------------------------------------------------
 
-    def cancel(self, immediate: bool = False) -> bool:
+    def cancel(self, immediate: bool = False, *, reason: str | None = None) -> bool:
         """Cancel this turn now, from synchronous code; True if its state changed.
 
         The turn emits ``cancel:requested`` (and runs the ``on_cancel`` callbacks) before
-        its terminal events (`flush_cancel`). A done turn is not changed.
+        its terminal events (`flush_cancel`). A done turn is not changed. ``reason`` (who
+        cancels and why) goes to the cancelled scopes of an immediate cancel.
         """
         payload = self._payload(immediate)
         if payload is None:
@@ -147,13 +151,14 @@ class TurnHandle:
         if self._pending is None or immediate:
             self._pending = payload
         if immediate:
-            self.token.request_immediate()
+            self.token.request_immediate(reason or "turn handle: cancel(immediate=True)")
         else:
             self.token.request_graceful()
         return True
 
-    async def request_cancel(self, immediate: bool = False) -> bool:
-        """Emit ``cancel:requested``, run the ``on_cancel`` callbacks, then cancel this turn.
+    async def request_cancel(self, immediate: bool = False, *, reason: str | None = None) -> bool:
+        """Emit ``cancel:requested``, run the ``on_cancel`` callbacks, then cancel this turn
+        (``reason``: who cancels and why, as in `cancel`).
 
         In that order: the request is recorded before the turn's terminal events, and a
         tool or hook that stops its own turn still sees every callback run (the bound
@@ -171,7 +176,8 @@ class TurnHandle:
             if earlier is not None and earlier is not payload:
                 await self.hooks.emit(CANCEL_REQUESTED, earlier)
             await self.hooks.emit(CANCEL_REQUESTED, payload)
-        return await self.token.request(immediate)
+        why = reason or "turn handle: request_cancel(immediate=True)"
+        return await self.token.request(immediate, reason=why)
 
     def cancel_flush_due(self) -> bool:
         """Whether `flush_cancel` has anything to do (a ``cancel:requested`` to emit

@@ -145,7 +145,7 @@ class ServiceGroup:
         """Cancel one service and wait, bounded, for its task to end."""
         if not service.done.is_set():
             service.state = ServiceState.STOPPING
-            service.scope.cancel()
+            service.scope.cancel(f"module service {service.name!r} stopped")
         with anyio.move_on_after(self.stop_timeout) as bound:
             await service.done.wait()
         if bound.cancelled_caught:

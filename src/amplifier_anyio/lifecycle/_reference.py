@@ -114,17 +114,22 @@ class OrchestrationRun:
     results: dict[str, Any] = attrs.field(factory=dict)
     scope: anyio.CancelScope | None = None
     cancel_requested: bool = False
+    cancel_reason: str | None = None
+    """Why the run was cancelled (`cancel`'s ``reason``)."""
     cancelled: bool = False
     failure: OrchestrationError | None = None
     retries: int = 0
     routing_decisions: int = 0
     durations: list[float] = attrs.field(factory=list)
 
-    def cancel(self) -> None:
-        """Stop the run: the work in progress is cancelled, the run ends CANCELLED."""
+    def cancel(self, reason: str | None = None) -> None:
+        """Stop the run: the work in progress is cancelled (its scope told ``reason``:
+        who cancels and why), the run ends CANCELLED."""
+        if not self.cancel_requested:
+            self.cancel_reason = reason or "orchestration run cancelled"
         self.cancel_requested = True
         if self.scope is not None:
-            self.scope.cancel()
+            self.scope.cancel(self.cancel_reason)
 
     def ids(self, status: str) -> tuple[str, ...]:
         """The ids of the steps with ``status``, in plan order."""
@@ -315,12 +320,12 @@ class ReferenceOrchestrator:
                 return {"action": "fallback", "target": fallback}
         raise error
 
-    def cancel(self) -> bool:
+    def cancel(self, reason: str | None = None) -> bool:
         """Cancel every orchestration of this orchestrator in progress (each ends with
-        CANCELLED); False when none is."""
+        CANCELLED; ``reason``: who cancels and why); False when none is."""
         runs = list(self._runs)
         for run in runs:
-            run.cancel()
+            run.cancel(reason or "orchestrator.cancel()")
         return bool(runs)
 
     async def run(
@@ -523,7 +528,9 @@ class ReferenceOrchestrator:
             finally:
                 outcome.duration = anyio.current_time() - start
         if outcome.failed and run.strategy is not ErrorPropagation.CONTINUE:
-            wave.cancel()
+            wave.cancel(
+                f"step {outcome.step.id!r} failed ({run.strategy} strategy): its wave stops"
+            )
 
     async def _attempts(self, run: OrchestrationRun, outcome: StepOutcome) -> None:
         """Attempt the step until it succeeds or
@@ -681,7 +688,7 @@ class ReferenceOrchestrator:
         with anyio.CancelScope(deadline=run.deadline) as scope:
             run.scope = scope
             if run.cancel_requested:
-                scope.cancel()
+                scope.cancel(run.cancel_reason)
             try:
                 yield scope
             finally:

@@ -135,7 +135,7 @@ async def stdio_transport(
         finally:
             with anyio.CancelScope(shield=True):
                 await pipes.stop()
-            tg.cancel_scope.cancel()
+            tg.cancel_scope.cancel(f"MCP server {name!r}: stdio transport closed")
 
 
 class _Pipes:

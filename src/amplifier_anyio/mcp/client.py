@@ -600,7 +600,7 @@ class MCPConnection:
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(self._watch_list, client)
                         await lost.wait()
-                        tg.cancel_scope.cancel()
+                        tg.cancel_scope.cancel(f"MCP server {self.name!r}: connection lost")
                 finally:
                     self._client = None
         if startup.cancelled_caught:

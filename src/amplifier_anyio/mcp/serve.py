@@ -196,7 +196,7 @@ async def serve_http(
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_watch, server, f"serving http://{shown}:{bound}{path}")
                 await server.serve(sockets=[listener])
-                tg.cancel_scope.cancel()
+                tg.cancel_scope.cancel("mcp serve: the server stopped")
     finally:
         listener.close()
 

@@ -296,7 +296,7 @@ class TaskRunner:
                 yield self
             finally:
                 self._group = None
-                group.cancel_scope.cancel()
+                group.cancel_scope.cancel("MCP tasks: the runner is closing")
 
     def start(self, work: Work) -> TaskState:
         """Run ``work`` (returning a ``CallToolResult``) as a new task."""
@@ -345,7 +345,7 @@ class TaskRunner:
         if self.on_cancel is not None:
             self.on_cancel(task_id)
         if task.status not in TERMINAL_STATUSES:
-            task.scope.cancel()
+            task.scope.cancel(f"MCP tasks/cancel of task {task_id!r}")
         return task
 
 

@@ -34,7 +34,7 @@ import math
 import re
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import attrs
@@ -440,22 +440,23 @@ class _SessionOrchestrator(ReferenceOrchestrator):
         outcome.status, outcome.result, outcome.error = StepStatus.FAILED, content, error
 
 
+@attrs.define(eq=False)
 class _ImmediateCancel:
-    """What the turn's token cancels on an immediate request: the orchestration while one
-    runs (so it ends with its own CANCELLED stage), else the turn's scope."""
+    """What the turn's token cancels on an immediate request (a ``Cancellable``, with the
+    request's reason): the orchestration while one runs (so it ends with its own CANCELLED
+    stage), else the turn's scope."""
 
-    def __init__(self, turn: _LifecycleTurn, scope: anyio.CancelScope) -> None:
-        self.turn = turn
-        self.scope = scope
+    turn: _LifecycleTurn
+    scope: anyio.CancelScope
 
-    def cancel(self) -> None:
+    def cancel(self, reason: str | None = None) -> None:
         orchestrator = self.turn.orchestration
         if orchestrator is None:
-            self.scope.cancel()
+            self.scope.cancel(reason)
             return
-        orchestrator.cancel()
+        orchestrator.cancel(reason)
         if self.turn.emit_scope is not None:
-            self.turn.emit_scope.cancel()
+            self.turn.emit_scope.cancel(reason)
 
 
 @attrs.define(eq=False)
@@ -474,7 +475,7 @@ class _LifecycleTurn(Turn):
 
     def bind_scope(self, scope: anyio.CancelScope) -> AbstractContextManager[Any]:
         self._turn_scope = scope
-        return self.token.bind_scope(cast("anyio.CancelScope", _ImmediateCancel(self, scope)))
+        return self.token.bind_scope(_ImmediateCancel(self, scope))
 
     async def body(self) -> None:
         submitted = await self.hook(PROMPT_SUBMIT, {"prompt": self.prompt})
@@ -566,7 +567,7 @@ class _LifecycleTurn(Turn):
         with anyio.CancelScope(deadline=self.deadline) as scope:
             self.emit_scope = scope
             if self.token.is_immediate:
-                scope.cancel()
+                scope.cancel(self.token.reason)
             try:
                 await self.hooks.emit(event, payload)
             finally:

@@ -495,7 +495,7 @@ async def _finish(events: AsyncGenerator[Any, None]) -> None:
     raised at the innermost read finishes each of them. Closing only the outer one would
     leave httpx's to the garbage collector (trio reports each as a ResourceWarning)."""
     with anyio.CancelScope(shield=True), anyio.CancelScope() as scope:
-        scope.cancel()
+        scope.cancel("HTTP stream left before its end: finishing its generators")
         try:
             async for _ in events:
                 pass

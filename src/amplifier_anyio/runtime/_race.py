@@ -135,14 +135,15 @@ class _Race:
         if self.winner is None:
             self.winner, attempt.answered = attempt, True
             for other in self.running - {attempt}:
-                other.scope.cancel()
+                _cancel(other, f"hedge: {attempt.name!r} answered first")
                 self.beaten.append(other.name)
             self.running = {attempt}
         return self.winner is attempt
 
     async def claim_or_lose(self, attempt: _Attempt) -> None:
         if not self.claim(attempt):
-            attempt.scope.cancel()  # another answered first: this one stops here
+            assert self.winner is not None  # another answered first: this one stops here
+            _cancel(attempt, f"hedge: {self.winner.name!r} answered first")
             await anyio.lowlevel.checkpoint()
 
     # -- the race --------------------------------------------------------------------------
@@ -167,7 +168,7 @@ class _Race:
                         response = self.done(note[1], note[2])
                     else:
                         failure = await self.failed(tg, send, note[1], note[2])
-                tg.cancel_scope.cancel()
+                tg.cancel_scope.cancel("provider race settled")
             while True:  # answers that arrived while the race was being settled
                 try:
                     kind, attempt, value = receive.receive_nowait()
@@ -256,6 +257,12 @@ class _Race:
         if winner.name != self.turn.provider_name:
             changes["metadata"] = {**(response.metadata or {}), "provider": winner.name}
         return attrs.evolve(response, **changes) if changes else response
+
+
+def _cancel(attempt: _Attempt, reason: str) -> None:
+    """Cancel a losing attempt, saying why (its scope's reason, and a debug line)."""
+    logger.debug("provider attempt %r cancelled: %s", attempt.name, reason)
+    attempt.scope.cancel(reason)
 
 
 def _converted(response: Any, name: str) -> ChatResponse:

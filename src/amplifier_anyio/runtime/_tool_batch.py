@@ -659,7 +659,7 @@ class ToolBatch:
         if self._fatal is None:
             self._fatal = exc
         if self._group is not None:
-            self._group.cancel()
+            self._group.cancel(f"tool batch: a call was stopped by {kind}")
 
     def _problem(self, problem: str) -> None:
         logger.error("%s", problem)

@@ -42,7 +42,7 @@ class _Host(Protocol):
 
     async def _run_accepted(self, prompt: str, handle: TurnHandle) -> TurnResult: ...
 
-    def cancel(self, immediate: bool = False) -> bool: ...
+    def cancel(self, immediate: bool = False, *, reason: str | None = None) -> bool: ...
 
 
 __all__ = ("TurnEventStream", "Event")
@@ -101,7 +101,9 @@ class TurnEventStream:
         assert self._group is not None
         if not self._done.is_set():
             # The host left early (a break, an error): stop the turn rather than wait for it.
-            self._session.cancel(immediate=True)
+            self._session.cancel(
+                immediate=True, reason="session.stream: left before the turn ended"
+            )
         host_error = exc_info[1]
         try:
             if isinstance(host_error, anyio.get_cancelled_exc_class()):

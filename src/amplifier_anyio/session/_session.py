@@ -606,18 +606,20 @@ class AmplifierSession:
         """
         return TurnEventStream(self, prompt)
 
-    def cancel(self, immediate: bool = False) -> bool:
+    def cancel(self, immediate: bool = False, *, reason: str | None = None) -> bool:
         """Ask the running turn to stop: before its next provider call, or (immediate) now.
 
         Returns whether a turn was in progress (also one still starting: mounting
         modules, running ``session:start`` hooks). Synchronous and safe from any task of
         the session's event loop; from another thread use
-        ``anyio.from_thread.run_sync(session.cancel, True)``.
+        ``anyio.from_thread.run_sync(session.cancel, True)``. ``reason`` says who cancels
+        and why (default ``"session.cancel(immediate=True)"``): an immediate cancel passes
+        it to the scopes it cancels, and it is logged at debug level.
         """
         handle = self._turn
         if handle is None:
             return False
-        handle.cancel(immediate)
+        handle.cancel(immediate, reason=reason or "session.cancel(immediate=True)")
         return True
 
     async def _announce(self, handle: TurnHandle) -> None:

@@ -252,5 +252,5 @@ class SessionActivities:
 
             group.start_soon(beat)
             found.append(await work())
-            group.cancel_scope.cancel()
+            group.cancel_scope.cancel("activity work done: heartbeats stop")
         return found[0]

@@ -120,7 +120,7 @@ async def _lets_cancellation_through(rule: str, what: str, work: Callable[[], An
     suspension points in turn — the k-th for k = 1…N, N counted by a run left alone — for
     nothing may swallow the backend's cancellation, at its first checkpoint or its last."""
     with anyio.CancelScope() as scope:
-        scope.cancel()
+        scope.cancel(f"conformance {rule}: started cancelled")
         try:
             await work()
         except Exception as exc:
@@ -205,7 +205,7 @@ class _Suspensions:
             self.count += 1
             if self.count == self.cancel_at and self.scope is not None:
                 self.cancelled = True
-                self.scope.cancel()
+                self.scope.cancel(f"conformance: cancelled at suspension point {self.count}")
             try:
                 value, error = (yield yielded), None
                 # trio resumes a task with an outcome: an Error carries the cancellation
@@ -627,7 +627,7 @@ async def check_hook(
             hooks.register = register  # type: ignore[method-assign]
             with anyio.CancelScope(shield=True):
                 await coordinator.cleanup()
-            group.cancel_scope.cancel()
+            group.cancel_scope.cancel("conformance: hook check over")
     if failure is not None:
         raise failure
 
@@ -751,7 +751,7 @@ async def _one_turn(
             answer = await orchestrator.execute(
                 "Probe them.", context, providers, tools, coordinator.hooks, coordinator=coordinator
             )
-        group.cancel_scope.cancel()
+        group.cancel_scope.cancel("conformance: orchestrator probe over")
     return answer, context.messages, recorder.names()
 
 

@@ -274,7 +274,7 @@ class BashTool:
                 with anyio.move_on_after(self.config.drain_timeout) as drain:
                     await stdout.closed.wait()
                     await stderr.closed.wait()
-                tg.cancel_scope.cancel()
+                tg.cancel_scope.cancel("bash: command over, its output drained or out of time")
         finally:
             if not stopped:  # cancelled or failed while the command ran
                 await self._stop(process)
