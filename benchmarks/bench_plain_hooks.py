@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
-    print(f"| backend | N | async hook, µs/call | plain hook, µs/call |")
+    print("| backend | N | async hook, µs/call | plain hook, µs/call |")
     print("|---|---:|---:|---:|")
     for backend in args.backend or ["asyncio", "trio"]:
         over = anyio.run(measure, args.size, args.repeats, backend=backend)
