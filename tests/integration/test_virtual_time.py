@@ -261,3 +261,39 @@ def test_a_program_that_gave_up_a_stuck_write_exits(backend: str, tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["error"]
     assert "gave up after 0.3 s" in done.stderr
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+async def test_a_call_the_scheduler_answers_does_not_hold_the_calls_after_it(limit: int) -> None:
+    """loop-events answers a call in its scheduler stage, before its tool:pre: with a
+    seat limit, the next calls must still emit theirs (this hung before the fix)."""
+    plan = plan_for("loop-events")
+    plan["session"]["orchestrator"]["config"]["max_parallel_tools"] = limit
+    calls = [
+        {"id": f"c{n}", "name": "word_count", "arguments": {"text": "a b c"}} for n in range(3)
+    ]
+    plan["providers"] = [
+        {
+            "module": "provider-scripted",
+            "config": {
+                "responses": [
+                    {"content": [{"type": "text", "text": "counting"}], "tool_calls": calls},
+                    {"content": [{"type": "text", "text": "done"}]},
+                ]
+            },
+        }
+    ]
+    seen: list[str] = []
+
+    async def deny_first(event: str, data: dict[str, Any]) -> HookResult | None:
+        if data["index"] == 0:
+            return HookResult(action="deny", reason="not this one")
+        return None
+
+    async with AmplifierSession(plan) as session:
+        session.coordinator.hooks.register("tool:selecting", deny_first, name="scheduler")
+        session.coordinator.hooks.register(TOOL_PRE, lambda e, d: seen.append(d["tool_name"]))
+        with anyio.fail_after(30):  # a hang detector
+            result = await session.run("count my words")
+    assert result.status == "success"
+    assert seen == ["word_count", "word_count"]  # the calls after the denied one ran

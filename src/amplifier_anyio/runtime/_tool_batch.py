@@ -329,7 +329,12 @@ class ToolBatch:
         """
         assert self._turns is not None
         await self._turns[index].wait()
-        await run(*args)
+        try:
+            await run(*args)
+        finally:
+            # A call that never reached its tool:pre (a subclass answered it first, as
+            # loop-events' scheduler stage may) still lets the next one go.
+            self._pass_turn(index)
 
     def _pass_turn(self, index: int) -> None:
         """Let the next call of the batch emit its ``tool:pre`` (idempotent)."""
