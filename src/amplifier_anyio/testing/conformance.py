@@ -12,21 +12,27 @@ message starts with the broken rule's name (``tool.cancellation: ...``):
   strikes (and so does a stream); tool calls have unique ids, and ``parse_tool_calls``
   gives back every call of a response, once, in order; an ``open_stream()`` ends with its
   response and its text deltas add up to the response's text;
-
-"Wherever it strikes": the module's call is cancelled before it starts, then at each of
-its suspension points in turn (checkpoint k for k = 1…N, N counted by a run left alone; past
-200, the first and last fifty and an even spread) — a module that swallows the
-cancellation at its third checkpoint fails as one that swallows it at its first.
 - `check_context` — what is added comes back, in order, as copies; ``set_messages``
   and ``clear`` do what they say; the request view keeps system messages and never
-  separates a tool call from its result, whatever the budget;
+  separates a tool call from its result, whatever the budget; each method lets a
+  cancellation through wherever it strikes;
 - `check_hook` — a hook module's ``mount`` registers handlers that answer typical
-  payloads of their events with a valid verdict, in time; its cleanup removes them;
+  payloads of their events with a valid verdict, in time, and let a cancellation through
+  wherever it strikes; its cleanup removes them;
 - `check_orchestrator` — a turn with parallel tool calls (DESIGN §6): the answer is
   returned, exactly one ``orchestrator:complete`` and one ``execution:end`` and nothing
   after them, every call answered right after its assistant message in call order, the
   order independent of tool timing; an immediate cancel mid-batch keeps a finished call's
-  result, gives the unfinished one the fixed cancelled result and leaves nothing running.
+  result, gives the unfinished one the fixed cancelled result and leaves nothing running;
+  a turn cancelled from outside wherever it strikes ends with the cancellation.
+
+"Wherever it strikes": the module's call (a tool's ``execute``, a provider's
+``complete``, a context's method, a hook handler, an orchestrator's ``execute``) is
+cancelled before it starts, then at each of its suspension points in turn (checkpoint k
+for k = 1…N, N counted by a run left alone; past 200, the first and last fifty and an even
+spread) — a module that swallows the cancellation at its third checkpoint fails as one
+that swallows it at its first. Every ``*.cancellation`` rule is one helper, run on each
+module's own call.
 
 The checks use real stand-ins from the test kit (a real coordinator and hook registry, a
 scripted provider); they need no network and no hypothesis.
