@@ -8,6 +8,7 @@ durations only bound a wait generously (a loaded machine passes).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import threading
@@ -434,6 +435,111 @@ async def test_a_host_cancel_arrives_within_the_write_bound(
                 await s.run("go")
         stuck_fsync.clear()
     assert host.cancelled_caught
+
+
+class HeldFsync:
+    """``os.fsync`` held at will: while held, each fsync sets ``entered`` and waits (up to
+    20 s) for ``release()``."""
+
+    def __init__(self) -> None:
+        self.holding = threading.Event()
+        self.free = threading.Event()
+        self.entered = threading.Event()
+
+    def hold(self) -> None:
+        self.free.clear()
+        self.holding.set()
+
+    def release(self) -> None:
+        self.holding.clear()
+        self.free.set()
+
+
+@pytest.fixture
+def held_fsync(monkeypatch: pytest.MonkeyPatch) -> Any:
+    real = os.fsync
+    held = HeldFsync()
+
+    def fsync(fd: int) -> None:
+        if held.holding.is_set():
+            held.entered.set()
+            held.free.wait(20)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    yield held
+    held.release()
+
+
+async def roles_in_memory_and_file(context: Any) -> tuple[list[str], list[str]]:
+    """The roles of the history and of the file, once no write of the file is under way."""
+    with anyio.fail_after(10):
+        await context._file_lane.run(int)  # a no-op after the write under way
+    memory = [m["role"] for m in await context.get_messages()]
+    lines = context.path.read_text().splitlines()
+    return memory, [json.loads(line)["role"] for line in lines]
+
+
+async def test_a_stuck_prompt_write_is_bounded_and_withdrawn(
+    tmp_path: Path, held_fsync: HeldFsync
+) -> None:
+    """Before: the prompt was written outside the bound: a stuck fsync held the turn until
+    its ``turn_timeout`` (status cancelled, no problem), and the prompt stayed in the file
+    when it landed, not in memory."""
+    context = {"module": "context-persistent", "config": {"path": str(tmp_path / "s.jsonl")}}
+    async with AmplifierSession(plan(context, write_timeout=0.5, turn_timeout=30)) as s:
+        await mount(s, ScriptedProvider([answer("again")]))
+        ctx = s.coordinator.get("context")
+        await ctx.add_message({"role": "system", "content": "be brief"})
+        held_fsync.hold()
+        with anyio.fail_after(10):  # generous: the bound is 0.5 s; the turn's is 30 s
+            result = await s.run("go")
+        assert result.status is TurnStatus.ERROR
+        assert result.problems == ("writing the prompt gave up after 0.5 s",)
+        held_fsync.release()  # the stuck write lands now: its line is cut off again
+        assert await roles_in_memory_and_file(ctx) == (["system"], ["system"])
+        # the session goes on, memory and file alike
+        assert (await s.run("again")).text == "again"
+        expected = ["system", "user", "assistant"]
+        assert await roles_in_memory_and_file(ctx) == (expected, expected)
+
+
+@pytest.mark.parametrize("cancel", ["immediate", "host", "deadline"])
+async def test_a_cancel_during_the_prompt_write_keeps_memory_and_file_equal(
+    tmp_path: Path, held_fsync: HeldFsync, cancel: str
+) -> None:
+    """Before: the cancel stopped the prompt's write half way: the prompt landed in the
+    file but not in memory (memory [system], file [system, user]). Now the write finishes
+    under its shield and the cancel takes effect after it: both have the prompt."""
+    context = {"module": "context-persistent", "config": {"path": str(tmp_path / "s.jsonl")}}
+    timeout = 0.1 if cancel == "deadline" else 30
+    async with AmplifierSession(plan(context, write_timeout=5, turn_timeout=timeout)) as s:
+        await mount(s, ScriptedProvider([answer()]))
+        ctx = s.coordinator.get("context")
+        await ctx.add_message({"role": "system", "content": "be brief"})
+        held_fsync.hold()
+        result = None
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                with anyio.CancelScope() as host:
+
+                    async def cancel_during_the_write() -> None:
+                        await anyio.to_thread.run_sync(held_fsync.entered.wait, 10)
+                        if cancel == "immediate":
+                            await s.coordinator.request_cancel(immediate=True)
+                        elif cancel == "host":
+                            host.cancel()
+                        await anyio.sleep(0.3)  # the cancel (or deadline) has come by now
+                        held_fsync.release()
+
+                    group.start_soon(cancel_during_the_write)
+                    result = await s.run("go")
+        assert (result is None) == (cancel == "host")
+        if result is not None:
+            assert result.status is TurnStatus.CANCELLED, result
+            assert result.problems == ()
+        expected = ["system", "user"]
+        assert await roles_in_memory_and_file(ctx) == (expected, expected)
 
 
 # -- one cancel:requested per escalation, never downgraded --------------------------------

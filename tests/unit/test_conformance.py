@@ -8,6 +8,7 @@ that breaks a rule fails with the rule's name — on asyncio and trio.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -327,9 +328,26 @@ class Forgetful(MockContextManager):
         self.messages = self.messages[:1]
 
 
+class SwallowsACancelInSetMessages(MockContextManager):
+    """Lets a cancel through at its first checkpoint; swallows one at its second."""
+
+    async def set_messages(self, messages: list[dict[str, Any]]) -> None:
+        await anyio.lowlevel.checkpoint()
+        try:
+            await anyio.lowlevel.checkpoint()
+        except anyio.get_cancelled_exc_class():
+            return
+        await super().set_messages(messages)
+
+
 @pytest.mark.parametrize(
     ("context", "rule"),
     [
+        (
+            SwallowsACancelInSetMessages,
+            "context.cancellation: set_messages() cancelled at checkpoint 2 of 3 returned: "
+            "it swallowed the cancellation",
+        ),
         (SharesItsList, "context.copies"),
         (DropsToolResults, "context.request_view: with no budget: the calls"),
         (Forgetful, "context.clear: messages remain after clear()"),
@@ -379,6 +397,20 @@ async def leaves_handlers(coordinator: Any, config: dict[str, Any]) -> Any:
     return lambda: None
 
 
+async def swallows_a_late_cancel(coordinator: Any, config: dict[str, Any]) -> Any:
+    async def handler(event: str, data: dict[str, Any]) -> HookResult:
+        await anyio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
+        try:
+            await anyio.lowlevel.checkpoint()
+        except anyio.get_cancelled_exc_class():
+            return HookResult()
+        await anyio.lowlevel.checkpoint()
+        return HookResult()
+
+    return coordinator.hooks.register("tool:pre", handler)
+
+
 async def registers_nothing(coordinator: Any, config: dict[str, Any]) -> None:
     await anyio.lowlevel.checkpoint()
 
@@ -390,6 +422,11 @@ async def registers_nothing(coordinator: Any, config: dict[str, Any]) -> None:
         (raises, "hook.verdict: the handler of 'tool:post' raised KeyError"),
         (leaves_handlers, "hook.cleanup: handlers left after the cleanup: {'prompt:submit'"),
         (registers_nothing, "hook.registers"),
+        (
+            swallows_a_late_cancel,
+            "hook.cancellation: the handler of 'tool:pre' cancelled at checkpoint 3 of 4 "
+            "returned: it swallowed the cancellation",
+        ),
     ],
 )
 async def test_a_broken_hook_module_fails_check_hook_naming_the_rule(mount: Any, rule: str) -> None:
@@ -484,3 +521,36 @@ async def test_a_broken_orchestrator_fails_check_orchestrator_naming_the_rule(
     with pytest.raises(ConformanceError) as caught:
         await check_orchestrator(orchestrator())
     assert str(caught.value).startswith(rule)
+
+
+class SwallowsALateCancel:
+    """loop-basic, then one checkpoint more at which a cancel is swallowed: the turn's
+    last checkpoint (a cancel at any earlier one goes through)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        answer = await self.inner.execute(*args, **kwargs)
+        try:
+            await anyio.lowlevel.checkpoint()
+        except anyio.get_cancelled_exc_class():
+            return answer
+        return answer
+
+
+async def test_an_orchestrator_that_swallows_a_late_cancel_fails_naming_the_rule() -> None:
+    coordinator = MockCoordinator()
+    await loop_basic.mount(coordinator, {})
+    broken = SwallowsALateCancel(coordinator.get("orchestrator"))
+    with pytest.raises(ConformanceError) as caught:
+        await check_orchestrator(broken)
+    found = re.fullmatch(
+        r"orchestrator\.cancellation: execute cancelled at checkpoint (\d+) of (\d+) "
+        r"returned: it swallowed the cancellation",
+        str(caught.value),
+    )
+    assert found is not None, str(caught.value)
+    # late in the turn: the cancels at the turn's own checkpoints went through
+    assert int(found[2]) > 5
+    assert int(found[1]) >= int(found[2]) - 1

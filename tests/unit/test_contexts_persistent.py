@@ -5,14 +5,17 @@ from __future__ import annotations
 import errno
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from amplifier_anyio.contexts import (
     ContextFileError,
     PersistentContextManager,
+    _jsonl,
     close_interrupted_tool_calls,
     interrupted_result,
     is_compaction_notice,
@@ -310,6 +313,46 @@ async def test_a_failed_append_leaves_file_and_history_as_they_were(
     assert await manager.get_messages() == expected
     await manager.aclose()
     assert await PersistentContextManager(path).get_messages() == expected
+    assert lines(path) == expected
+
+
+@pytest.mark.parametrize("when", ["before it lands", "after it landed"])
+async def test_an_append_given_up_on_is_withdrawn_from_memory_and_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """A caller that stops waiting for ``add_message`` leaves the message in neither the
+    history nor the file: the stuck write's thread cuts its line off when it lands, or —
+    when it had landed just before the give-up — the next append does. Before, the line
+    stayed in the file for good."""
+    path = tmp_path / "ctx.jsonl"
+    manager = PersistentContextManager(path)
+    await manager.add_message(USER)
+    real = _jsonl.append_line
+    landed, free = threading.Event(), threading.Event()
+
+    def append_line(*args: Any) -> None:
+        if when == "after it landed":
+            real(*args)
+            landed.set()
+            free.wait(10)
+        else:
+            landed.set()
+            free.wait(10)
+            real(*args)
+
+    monkeypatch.setattr(_jsonl, "append_line", append_line)
+    with anyio.move_on_after(10) as bound:
+        async with anyio.create_task_group() as group:
+            group.start_soon(manager.add_message, {"role": "user", "content": "withdrawn"})
+            await anyio.to_thread.run_sync(landed.wait, 10)
+            group.cancel_scope.cancel()  # the caller stops waiting
+    assert not bound.cancelled_caught
+    monkeypatch.setattr(_jsonl, "append_line", real)
+    free.set()
+    assert await manager.get_messages() == [USER]
+    await manager.add_message({"role": "user", "content": "next"})
+    expected = [USER, {"role": "user", "content": "next"}]
+    assert await manager.get_messages() == expected
     assert lines(path) == expected
 
 

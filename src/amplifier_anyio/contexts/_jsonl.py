@@ -18,6 +18,7 @@ import json
 import json.scanner
 import os
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from ..errors import ContextFileError
 __all__ = (
     "ContextFileError",
     "AppendError",
+    "Withdrawal",
     "encode",
     "append_line",
     "rewrite",
@@ -56,7 +58,42 @@ def encode(message: dict[str, Any]) -> bytes:
     return (json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def append_line(path: Path, data: bytes, undo_to: int | None = None) -> None:
+class Withdrawal:
+    """An append its caller may stop waiting for and take back (a bounded write that gave
+    up): the writing thread and the caller decide, under a lock, which of them cuts the
+    lines off again.
+
+    The caller calls `give_up` when it stops waiting. If the lines have not landed yet,
+    the thread cuts them off as soon as they have (truncates the file back and fsyncs);
+    if they landed already, `give_up` answers where they start, for the caller to cut
+    them off with its next append (``undo_to``).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._given_up = False
+        self._landed_at: int | None = None
+
+    def give_up(self) -> int | None:
+        """Take the append back: None when nothing of it is left to the caller (the thread
+        cuts it off, or it never lands), else the size to cut the file back to."""
+        with self._lock:
+            self._given_up = True
+            return self._landed_at
+
+    def landed(self, start: int) -> bool:
+        """The thread's side, once its lines are written and fsynced from ``start`` on:
+        whether the caller gave up already (the thread then cuts them off)."""
+        with self._lock:
+            if self._given_up:
+                return True
+            self._landed_at = start
+            return False
+
+
+def append_line(
+    path: Path, data: bytes, undo_to: int | None = None, withdrawal: Withdrawal | None = None
+) -> None:
     """Append ``data`` (whole lines) and fsync; create the file (and fsync its directory).
 
     All or nothing: when the write or the fsync fails, the file is truncated back to its
@@ -64,7 +101,9 @@ def append_line(path: Path, data: bytes, undo_to: int | None = None) -> None:
     error's ``undo_to`` says where the torn bytes start; given back here as ``undo_to``,
     they are cut off first, and nothing is appended while that fails. ``data`` never
     continues a line this function did not finish: after bytes without a final newline
-    (another writer's) it starts on a new line.
+    (another writer's) it starts on a new line. With a `Withdrawal` that the caller gave
+    up, the lines are cut off again once written (if even that fails they stay, as after
+    a crash).
     """
     try:
         created = not path.exists()
@@ -74,7 +113,7 @@ def append_line(path: Path, data: bytes, undo_to: int | None = None) -> None:
     except OSError as exc:
         raise AppendError(path, f"cannot append: {_reason(exc)}", undo_to) from exc
     try:
-        _append(path, fd, data, undo_to)
+        _append(path, fd, data, undo_to, withdrawal)
     finally:
         # after a successful fsync a failing close loses nothing; after a failure the
         # AppendError is the one to report
@@ -84,7 +123,9 @@ def append_line(path: Path, data: bytes, undo_to: int | None = None) -> None:
         _fsync_dir(path.parent)
 
 
-def _append(path: Path, fd: int, data: bytes, undo_to: int | None) -> None:
+def _append(
+    path: Path, fd: int, data: bytes, undo_to: int | None, withdrawal: Withdrawal | None = None
+) -> None:
     try:
         if undo_to is not None and os.fstat(fd).st_size > undo_to:  # never extend the file
             _truncate(fd, undo_to)
@@ -108,6 +149,9 @@ def _append(path: Path, fd: int, data: bytes, undo_to: int | None) -> None:
             problem += f"; cutting off the torn write failed too ({_reason(undo_exc)})"
             raise AppendError(path, problem, size) from exc
         raise AppendError(path, problem, None) from exc
+    if withdrawal is not None and withdrawal.landed(size):
+        with contextlib.suppress(OSError):  # the caller is gone: nobody to report to
+            _truncate(fd, size)
 
 
 def append_fd(path: Path, fd: int, data: bytes) -> None:

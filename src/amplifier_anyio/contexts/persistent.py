@@ -249,16 +249,24 @@ class PersistentContextManager(SimpleContextManager):
 
         If writing fails, [`ContextFileError`][amplifier_anyio.errors.ContextFileError] is raised
         and neither the file nor the history has the message. If the caller stops waiting (a bounded
-        write gave up, a cancel), the history does not have it either: an assistant message whose
-        calls would then run is withdrawn; should the stuck write land later, a reload
-        closes its calls as interrupted.
+        write gave up, a cancel), the message is withdrawn from both: the history does not get it,
+        and its line is cut off the file again — by the stuck write's thread as soon as it lands,
+        or, when it had landed already, by the next append. (The turn engine writes under a
+        shield, so only its ``write_timeout`` can make it stop waiting.)
         """
         self._writable()
         stored, cost = self._prepare(message)
         line = _jsonl.encode(stored)
+        withdrawal = _jsonl.Withdrawal()
         async with self._lock:
             await self._load_locked()
-            await self._append_locked(line)
+            try:
+                await self._append_locked(line, withdrawal)
+            except anyio.get_cancelled_exc_class():
+                landed_at = withdrawal.give_up()
+                if landed_at is not None:  # written just before the give-up: cut it next
+                    self._undo_to = landed_at
+                raise
             self._append(stored, cost)
 
     async def add_messages(self, messages: list[dict[str, Any]]) -> None:
@@ -384,11 +392,15 @@ class PersistentContextManager(SimpleContextManager):
         except OSError as exc:  # taken ones are known by id: reading them again is harmless
             logger.warning("%s: cannot empty the decisions file: %s", self.path, exc)
 
-    async def _append_locked(self, data: bytes) -> None:
+    async def _append_locked(
+        self, data: bytes, withdrawal: _jsonl.Withdrawal | None = None
+    ) -> None:
         # Abandoned only when the caller's bound expires: until then what the thread
         # reports (written, or not written at all) is what the history follows.
         try:
-            await self._file_lane.run(_jsonl.append_line, self.path, data, self._undo_to)
+            await self._file_lane.run(
+                _jsonl.append_line, self.path, data, self._undo_to, withdrawal
+            )
         except _jsonl.AppendError as exc:
             self._undo_to = exc.undo_to
             raise

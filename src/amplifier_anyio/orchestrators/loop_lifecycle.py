@@ -484,7 +484,7 @@ class _LifecycleTurn(Turn):
             return
         self.queue_ephemeral(submitted)
         self.provider_name, provider = select_provider(self.providers, self.config.default_provider)
-        await self.context.add_message({"role": "user", "content": self.prompt})
+        await self.write("the prompt", {"role": "user", "content": self.prompt})
         orchestrator = _SessionOrchestrator(self, provider, self.settings)
         context = ExecutionContext(
             trace_id=self.trace_id,

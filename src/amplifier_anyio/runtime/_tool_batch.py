@@ -60,6 +60,7 @@ from ..models._validators import number
 from ._claims import ClaimTable, claim_table
 from ._executors import ToolExecutionContext
 from ._requests import pending_injection
+from ._writes import bounded_write
 
 if TYPE_CHECKING:
     from ..interfaces import ContextManager, Tool, ToolJournal
@@ -238,20 +239,10 @@ class ToolBatch:
     async def _write(
         self, what: str, write: Callable[[Any], Awaitable[None]], arg: Any
     ) -> ContextWriteError | None:
-        """One context write under a bounded shield; the error to raise if it did not land."""
-        timeout = self.config.write_timeout
-        error: ContextWriteError | None = None
-        # One scope: shielded from outside, cancelled by its own deadline only.
-        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + timeout) as bound:
-            try:
-                await write(arg)
-            except Exception as exc:  # noqa: BLE001 - reported as a problem of the turn
-                error = ContextWriteError(f"writing {what} failed: {type(exc).__name__}: {exc}")
-                error.__cause__ = exc
-        if bound.cancelled_caught:
-            error = ContextWriteError(f"writing {what} gave up after {timeout} s")
+        """One context write under a bounded shield (``_writes``); the error to raise if
+        it did not land, recorded in ``problems``."""
+        error = await bounded_write(what, write, arg, self.config.write_timeout)
         if error is not None:
-            logger.error("%s", error)
             self.problems.append(str(error))
         return error
 

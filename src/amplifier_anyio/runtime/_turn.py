@@ -22,6 +22,12 @@ A turn also ends when a tool batch holds a call for an approval that outlives it
 to do (idempotent calls a crash interrupted, calls since allowed or denied) and goes on
 with the provider from there — or ends at once when the history already ends with the
 answer. See ``docs/durable.md``.
+
+Every context write of the turn — the prompt, an assistant message, the answer, a batch's
+results — runs under a shield bounded by ``write_timeout`` (``runtime/_writes``): a cancel
+waits for the write (so the history in memory and a persistent file never part), and a
+write that fails or gives up ends the turn with status ``error``, recorded in
+`TurnResult.problems`.
 """
 
 from __future__ import annotations
@@ -87,6 +93,7 @@ from ._requests import (
 )
 from ._streaming import relay_stream, stream_opener
 from ._tool_batch import ToolBatch, ToolBatchConfig
+from ._writes import bounded_write
 
 if TYPE_CHECKING:
     from ..interfaces import ContextManager, Provider, Tool
@@ -255,7 +262,7 @@ class Turn:
                 # The server paused its own long turn: send what it said back, go on.
                 pauses += 1
                 if response.content:
-                    await self.context.add_message(assistant_message(response, ()))
+                    await self.write("the assistant message", assistant_message(response, ()))
                 continue
             pauses = 0
             if step is Step.ANSWER:
@@ -278,8 +285,22 @@ class Turn:
         # leave a user message that the next turn would send twice.
         provider: Provider
         self.provider_name, provider = select_provider(self.providers, self.config.default_provider)
-        await self.context.add_message({"role": "user", "content": self.prompt})
+        await self.write("the prompt", {"role": "user", "content": self.prompt})
         return provider
+
+    async def write(self, what: str, message: dict[str, Any]) -> None:
+        """Add ``message`` to the context under a shield bounded by ``write_timeout``
+        (``runtime/_writes``): a cancel waits for the write, so memory and file never
+        part. A write that fails or gives up is a problem of the turn, raised as
+        [`ContextWriteError`][amplifier_anyio.ContextWriteError] (the turn ends ``error``) —
+        unless a cancellation is on its way out, which it never replaces."""
+        failure = await bounded_write(
+            what, self.context.add_message, message, self.batch.write_timeout
+        )
+        if failure is not None:
+            self.problems.append(str(failure))
+            await anyio.lowlevel.checkpoint_if_cancelled()  # a cancel explains it better
+            raise failure
 
     async def _resume(self) -> Provider | None:
         """Finish the last batch's held calls; the provider to go on with, or None when
@@ -487,7 +508,7 @@ class Turn:
     async def answer(self, response: ChatResponse) -> None:
         """End the turn with ``response`` as the answer (stored, and its text returned)."""
         if response.content:
-            await self.context.add_message(assistant_message(response, ()))
+            await self.write("the answer", assistant_message(response, ()))
         self.text = response.text
         # cut, refused, filtered, or paused more often than we go on: incomplete (_policy)
         self.status = answer_status(response.finish_reason)

@@ -12,21 +12,27 @@ message starts with the broken rule's name (``tool.cancellation: ...``):
   strikes (and so does a stream); tool calls have unique ids, and ``parse_tool_calls``
   gives back every call of a response, once, in order; an ``open_stream()`` ends with its
   response and its text deltas add up to the response's text;
-
-"Wherever it strikes": the module's call is cancelled before it starts, then at each of
-its suspension points in turn (checkpoint k for k = 1…N, N counted by a run left alone; past
-200, the first and last fifty and an even spread) — a module that swallows the
-cancellation at its third checkpoint fails as one that swallows it at its first.
 - `check_context` — what is added comes back, in order, as copies; ``set_messages``
   and ``clear`` do what they say; the request view keeps system messages and never
-  separates a tool call from its result, whatever the budget;
+  separates a tool call from its result, whatever the budget; each method lets a
+  cancellation through wherever it strikes;
 - `check_hook` — a hook module's ``mount`` registers handlers that answer typical
-  payloads of their events with a valid verdict, in time; its cleanup removes them;
+  payloads of their events with a valid verdict, in time, and let a cancellation through
+  wherever it strikes; its cleanup removes them;
 - `check_orchestrator` — a turn with parallel tool calls (DESIGN §6): the answer is
   returned, exactly one ``orchestrator:complete`` and one ``execution:end`` and nothing
   after them, every call answered right after its assistant message in call order, the
   order independent of tool timing; an immediate cancel mid-batch keeps a finished call's
-  result, gives the unfinished one the fixed cancelled result and leaves nothing running.
+  result, gives the unfinished one the fixed cancelled result and leaves nothing running;
+  a turn cancelled from outside wherever it strikes ends with the cancellation.
+
+"Wherever it strikes": the module's call (a tool's ``execute``, a provider's
+``complete``, a context's method, a hook handler, an orchestrator's ``execute``) is
+cancelled before it starts, then at each of its suspension points in turn (checkpoint k
+for k = 1…N, N counted by a run left alone; past 200, the first and last fifty and an even
+spread) — a module that swallows the cancellation at its third checkpoint fails as one
+that swallows it at its first. Every ``*.cancellation`` rule is one helper, run on each
+module's own call.
 
 The checks use real stand-ins from the test kit (a real coordinator and hook registry, a
 scripted provider); they need no network and no hypothesis.
@@ -108,27 +114,40 @@ async def _call_inline(function: Any, *args: Any) -> Any:
     """A cleanup (or an ``inline`` hook handler), called as the runtime calls it: on the
     loop, its answer awaited when it is awaitable."""
     await anyio.lowlevel.checkpoint()
+    return await _answer(function, *args)
+
+
+async def _answer(function: Any, *args: Any) -> Any:
+    """``function(*args)``, awaited when it answers an awaitable (no checkpoint of its own)."""
     result = function(*args)
     if inspect.isawaitable(result):
         result = await result
     return result
 
 
-async def _lets_cancellation_through(rule: str, what: str, work: Callable[[], Any]) -> None:
+async def _lets_cancellation_through(
+    rule: str, what: str, work: Callable[[], Any], *, must_checkpoint: bool = True
+) -> None:
     """``work()`` must end with the cancellation wherever it is cancelled: started in a
     cancelled scope (an async function checkpoints), and cancelled at each of its
     suspension points in turn — the k-th for k = 1…N, N counted by a run left alone — for
-    nothing may swallow the backend's cancellation, at its first checkpoint or its last."""
+    nothing may swallow the backend's cancellation, at its first checkpoint or its last.
+
+    Every check's ``*.cancellation`` rule is this one helper. ``must_checkpoint=False``
+    lets ``work()`` finish without ever suspending (a hook handler or an in-memory
+    context that does no I/O need not checkpoint); what it must not do is swallow a
+    cancellation it was given."""
     with anyio.CancelScope() as scope:
         scope.cancel(f"conformance {rule}: started cancelled")
+        started = _Suspensions(work(), cancel_at=None)
         try:
-            await work()
+            await started.run()
         except Exception as exc:
             raise ConformanceError(
                 rule, f"{what} raised {type(exc).__name__} instead of the cancellation"
             ) from exc
     _require(
-        scope.cancelled_caught,
+        scope.cancelled_caught or (not must_checkpoint and started.count == 0),
         rule,
         f"{what} returned inside a cancelled scope: it never checkpointed, or it "
         "swallowed the cancellation",
@@ -495,7 +514,10 @@ async def check_context(context: Any) -> None:
     changes nothing stored), ``context.set_messages``, ``context.clear``,
     ``context.request_view`` (``get_messages_for_request`` keeps every system message
     and answers each assistant tool call right after it, in call order — with no budget
-    and with a budget too small for the whole history).
+    and with a budget too small for the whole history), ``context.cancellation``
+    (``add_message``, ``get_messages``, ``get_messages_for_request``, ``set_messages``
+    and ``clear`` each let a cancellation through at every checkpoint). The context is
+    cleared again at the end.
     """
     await _bounded("context.clear", "clear()", context.clear)
     conversation = _conversation()
@@ -530,6 +552,23 @@ async def check_context(context: Any) -> None:
     )
     await context.clear()
     _require(await context.get_messages() == [], "context.clear", "messages remain after clear()")
+    await _context_cancellation(context, conversation)
+    await context.clear()
+
+
+async def _context_cancellation(context: Any, conversation: list[dict[str, Any]]) -> None:
+    """``context.cancellation``: each method lets a cancellation through at every
+    checkpoint (one that never suspends, an in-memory one, passes)."""
+    message = conversation[1]
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        ("add_message()", lambda: context.add_message(copy.deepcopy(message))),
+        ("get_messages()", context.get_messages),
+        ("get_messages_for_request()", lambda: context.get_messages_for_request(token_budget=300)),
+        ("set_messages()", lambda: context.set_messages(copy.deepcopy(conversation))),
+        ("clear()", context.clear),
+    ]
+    for what, work in calls:
+        await _lets_cancellation_through("context.cancellation", what, work, must_checkpoint=False)
 
 
 def _check_view(view: Any, budget: int | None) -> None:
@@ -583,8 +622,10 @@ async def check_hook(
 
     Rules: ``hook.registers`` (at least one handler), ``hook.verdict`` (each answers None,
     a HookResult or a dict / upstream result with a valid ``action``, and does not
-    raise), ``hook.timely`` (within 10 s), ``hook.cleanup`` (the cleanup ``mount``
-    returned removes every handler it registered).
+    raise), ``hook.timely`` (within 10 s), ``hook.cancellation`` (a handler that runs on
+    the loop lets a cancellation through at every checkpoint; one that never suspends
+    passes), ``hook.cleanup`` (the cleanup ``mount`` returned removes every handler it
+    registered).
     """
     coordinator = MockCoordinator()
     hooks = coordinator.hooks
@@ -645,17 +686,23 @@ async def _check_handler(event: str, handler: Any, data: dict[str, Any], *, bloc
         raise ConformanceError(
             "hook.verdict", f"{what} raised {type(exc).__name__}: {exc}"
         ) from exc
-    if answer is None or isinstance(answer, HookResult):
-        return
-    try:
-        verdict = hook_result_of(answer, origin=what)
-    except Exception as exc:
-        raise ConformanceError("hook.verdict", f"{what} answered {answer!r}: {exc}") from exc
-    _require(
-        verdict is not None and verdict.action in HOOK_ACTIONS,
-        "hook.verdict",
-        f"{what} answered {answer!r}, not a verdict",
-    )
+    if answer is not None and not isinstance(answer, HookResult):
+        try:
+            verdict = hook_result_of(answer, origin=what)
+        except Exception as exc:
+            raise ConformanceError("hook.verdict", f"{what} answered {answer!r}: {exc}") from exc
+        _require(
+            verdict is not None and verdict.action in HOOK_ACTIONS,
+            "hook.verdict",
+            f"{what} answered {answer!r}, not a verdict",
+        )
+    if call is _call_inline:  # on the loop: a cancel reaches it at its checkpoints
+        await _lets_cancellation_through(
+            "hook.cancellation",
+            what,
+            lambda: _answer(handler, event, dict(payload)),
+            must_checkpoint=False,
+        )
 
 
 # -- orchestrators --------------------------------------------------------------------------
@@ -732,11 +779,6 @@ async def _one_turn(
     context = MockContextManager()
     recorder = EventRecorder()
     recorder.attach(coordinator.hooks)
-    providers = {"scripted": ScriptedProvider(_script(calls, "All probed."))}
-    tools = {"probe": probe}
-    await coordinator.mount("orchestrator", orchestrator)
-    await coordinator.mount("context", context)
-    token = coordinator.begin_turn()
     answer: Any = None
     async with anyio.create_task_group() as group:
         if cancel:
@@ -746,13 +788,46 @@ async def _one_turn(
                 await coordinator.request_cancel(immediate=True)
 
             group.start_soon(cancel_when_hanging)
-        # As a session runs an orchestrator: its cancel scope bound to the turn's token.
-        with anyio.CancelScope() as scope, token.bind_scope(scope), anyio.fail_after(_TIMEOUT):
-            answer = await orchestrator.execute(
-                "Probe them.", context, providers, tools, coordinator.hooks, coordinator=coordinator
-            )
+        with anyio.fail_after(_TIMEOUT):
+            answer = await _execute(orchestrator, calls, probe, coordinator, context)
         group.cancel_scope.cancel("conformance: orchestrator probe over")
     return answer, context.messages, recorder.names()
+
+
+async def _execute(
+    orchestrator: Any,
+    calls: list[dict[str, Any]],
+    probe: _Probe,
+    coordinator: MockCoordinator,
+    context: MockContextManager,
+) -> Any:
+    """``execute`` as a session calls it (mounted, a turn begun, its cancel scope bound
+    to the turn's token); its answer."""
+    providers = {"scripted": ScriptedProvider(_script(calls, "All probed."))}
+    await coordinator.mount("orchestrator", orchestrator)
+    await coordinator.mount("context", context)
+    token = coordinator.begin_turn()
+    with anyio.CancelScope() as scope, token.bind_scope(scope):
+        return await orchestrator.execute(
+            "Probe them.",
+            context,
+            providers,
+            {"probe": probe},
+            coordinator.hooks,
+            coordinator=coordinator,
+        )
+
+
+async def _cancelled_turn(orchestrator: Any) -> Any:
+    """A turn of two parallel calls for `orchestrator.cancellation` (a fresh coordinator
+    and context each time); no tool may still run when it ends, however it ends."""
+    probe = _Probe()
+    try:
+        return await _execute(
+            orchestrator, [{"n": 1}, {"n": 2}], probe, MockCoordinator(), MockContextManager()
+        )
+    finally:
+        _require(probe.running == 0, "orchestrator.no_leaks", "a tool was still running")
 
 
 def _pairing(messages: list[dict[str, Any]], check: str, where: str = "") -> None:
@@ -804,8 +879,11 @@ async def check_orchestrator(orchestrator: Any) -> None:
     ``orchestrator.timing`` (the same calls with opposite delays give the same context),
     ``orchestrator.cancel_results`` (after an immediate cancel in a batch, the finished
     call keeps its result and the unfinished one has the fixed cancelled result),
-    ``orchestrator.cancel_returns`` (the cancelled ``execute`` returns within 10 s) and
-    ``orchestrator.no_leaks`` (no tool still running when it returned).
+    ``orchestrator.cancel_returns`` (the cancelled ``execute`` returns within 10 s),
+    ``orchestrator.no_leaks`` (no tool still running when it returned) and
+    ``orchestrator.cancellation`` (a turn cancelled from outside — before it starts, then
+    at each checkpoint k = 1…N of the task that runs ``execute`` — ends with the
+    cancellation, never an answer).
     """
     calls = [{"n": 1}, {"n": 2}]
     answer, first, names = await _one_turn(orchestrator, calls, _Probe({1: 0.02, 2: 0.0}))
@@ -845,6 +923,9 @@ async def check_orchestrator(orchestrator: Any) -> None:
         len(cancelled) == 1 and _is_cancelled(cancelled[0]),
         "orchestrator.cancel_results",
         f"the unfinished call's result is {cancelled!r}, not the fixed cancelled result",
+    )
+    await _lets_cancellation_through(
+        "orchestrator.cancellation", "execute", lambda: _cancelled_turn(orchestrator)
     )
 
 
