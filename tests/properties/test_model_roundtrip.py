@@ -33,6 +33,8 @@ MODEL_STRATEGIES: dict[str, tuple[Callable[[], SearchStrategy[Any]], type]] = {
     "tool_specs": (ast.tool_specs, m.ToolSpec),
     "messages": (ast.messages, m.Message),
     "usages": (ast.usages, m.Usage),
+    "prices": (ast.prices, m.Price),
+    "price_tables": (ast.price_tables, m.PriceTable),
     "chat_requests": (ast.chat_requests, m.ChatRequest),
     "chat_responses": (ast.chat_responses, m.ChatResponse),
     "tool_results": (ast.tool_results, m.ToolResult),

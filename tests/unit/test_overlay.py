@@ -9,12 +9,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from amplifier_anyio.kernel._agents import merge_overlay
-from amplifier_anyio.kernel._bundles import compose, extend
 from hypothesis import given
 from hypothesis import strategies as st
 
 from amplifier_anyio.kernel._overlay import merge_entries, merge_plan
+from amplifier_anyio.session._agents import merge_overlay
+from amplifier_anyio.session._bundles import compose, extend
 
 PARENT: dict[str, Any] = {
     "session": {"orchestrator": "loop-basic", "context": "context-simple"},

@@ -233,7 +233,10 @@ def print_events(session: AmplifierSession, enabled: Callable[[], bool] = lambda
         return HookResult()
 
     for event in ALL_EVENTS:
-        session.coordinator.hooks.register(event, show, priority=1_000_000, name="cli-events")
+        # A terminal write may block (a slow terminal, a full pipe): off the loop, in order.
+        session.coordinator.hooks.register(
+            event, show, priority=1_000_000, name="cli-events", blocking=True
+        )
 
 
 class EventLog:

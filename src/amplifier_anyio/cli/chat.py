@@ -339,8 +339,11 @@ class _Repl:
     def _attach(self, session: AmplifierSession) -> None:
         hooks = session.coordinator.hooks
         print_events(session, lambda: self.events)
-        hooks.register(CONTENT_BLOCK_START, self._on_block_start, name="cli-chat-stream")
-        hooks.register(CONTENT_BLOCK_DELTA, self._on_delta, name="cli-chat-stream")
+        # Terminal writes may block (a slow terminal): off the loop, in order.
+        hooks.register(
+            CONTENT_BLOCK_START, self._on_block_start, name="cli-chat-stream", blocking=True
+        )
+        hooks.register(CONTENT_BLOCK_DELTA, self._on_delta, name="cli-chat-stream", blocking=True)
         _show_agents(session)
         session.child_setup.append(_show_agents)  # and each sub-agent's own, indented
 

@@ -38,6 +38,8 @@ from ..models import (
     Message,
     ModelInfo,
     ModuleInfo,
+    Price,
+    PriceTable,
     ProviderBlock,
     ProviderInfo,
     ReasoningBlock,
@@ -72,6 +74,8 @@ __all__ = (
     "tool_specs",
     "messages",
     "usages",
+    "prices",
+    "price_tables",
     "chat_requests",
     "chat_responses",
     # results and descriptions
@@ -320,6 +324,23 @@ def usages() -> st.SearchStrategy[Usage]:
         cache_write_tokens=_optional(_counts()),
         cost_usd=_optional(_costs()),
     )
+
+
+def prices() -> st.SearchStrategy[Price]:
+    """A [`Price`][amplifier_anyio.models.Price]: dollars per million tokens, the cache
+    prices None (the input price) or their own."""
+    return st.builds(
+        Price,
+        input_per_mtok=_costs(),
+        output_per_mtok=_costs(),
+        cache_read_per_mtok=_optional(_costs()),
+        cache_write_per_mtok=_optional(_costs()),
+    )
+
+
+def price_tables() -> st.SearchStrategy[PriceTable]:
+    """A [`PriceTable`][amplifier_anyio.models.PriceTable] of a few models."""
+    return st.builds(PriceTable, prices=st.dictionaries(_identifiers(), prices(), max_size=3))
 
 
 def _costs() -> st.SearchStrategy[Decimal]:
