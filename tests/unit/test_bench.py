@@ -29,7 +29,6 @@ from amplifier_anyio.bench import (
     SCHEMA,
     BenchConfig,
     FanoutTurn,
-    checkout_extension,
     conversation,
     make_config,
     render_tables,
@@ -452,24 +451,42 @@ def test_a_plot_without_the_checkout_is_refused_before_measuring(tmp_path: Path)
     assert console.file.getvalue() == ""  # type: ignore[attr-defined]
 
 
+REPO = Path(__file__).resolve().parents[2]
+"""This repository: its ``src`` is what a checkout's ``amplifier-anyio bench`` runs (CI
+installs a wheel, so the subprocesses below put the checkout's ``src`` first)."""
+
+
+def _checkout_env() -> dict[str, str]:
+    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    return env
+
+
 def test_this_checkout_is_found_by_the_wheels_command() -> None:
-    found = checkout_extension()
-    assert found is not None
-    assert set(found.suites) == {"executors", "history", "startup", "peers", "turn"} | {
-        "sessions",
-        "cancel",
-    }
+    probe = (
+        "from amplifier_anyio.bench.extension import checkout_extension\n"
+        "found = checkout_extension()\n"
+        "print(sorted(found.suites) if found is not None else None)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        env=_checkout_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    suites = {"executors", "history", "startup", "peers", "turn", "sessions", "cancel"}
+    assert done.stdout.strip() == str(sorted(suites))
 
 
 def test_python_m_benchmarks_is_the_bench_command() -> None:
-    root = Path(bench_package.__file__).parents[3]
-    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(root / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
-    )
+    env = _checkout_env()
     ours = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--help"],
-        cwd=root,
+        cwd=REPO,
         env=env,
         capture_output=True,
         text=True,

@@ -50,6 +50,7 @@ FULL_TIER = {
     "amplifier_anyio.mcp": "mcp",
     "amplifier_anyio.mcp.client": "mcp",
     "amplifier_anyio.mcp.tasks": "mcp",
+    "amplifier_anyio.temporal": "temporalio",
 }
 """Public modules that import a package of the test-full extra, and the package."""
 MODULE_PARAMS = [
