@@ -131,7 +131,7 @@ class BudgetMeter:
     """Usage charged by the turns of sub-agents below this one (not by this turn)."""
     exhausted: str | None = None
     """Which limit ran out (``"max_tokens: 1000 reached (1042 spent)"``), as it stood when
-    it ran out, or None. [`report`][amplifier_anyio.BudgetMeter.report] gives what was
+    it ran out, or None. [`report`][amplifier_anyio.kernel.BudgetMeter.report] gives what was
     really spent by the end (calls in flight then finish and are counted)."""
     _limit_hit: str | None = attrs.field(default=None, init=False, repr=False)
 
