@@ -135,9 +135,9 @@ class ConfigSchema:
     ) -> ConfigSchema:
         """A schema whose keys are the fields of an attrs config class, typed by their
         annotations (``float | None``, ``Literal[...]``, ``list[str]``, …)."""
-        hints = typing.get_type_hints(
-            config_class, vars(sys.modules[config_class.__module__]), include_extras=False
-        )
+        # No global namespace given: each class of the MRO resolves its annotations in
+        # its own module (a subclass elsewhere must not hide its bases' names).
+        hints = typing.get_type_hints(config_class, include_extras=False)
         settings = {
             field.name: Setting(_python_types(hints[field.name]), _doc(field))
             for field in attrs.fields(config_class)
