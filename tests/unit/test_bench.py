@@ -247,7 +247,10 @@ class TestCommand:
     def test_plot_is_drawn(self, tmp_path: Path) -> None:
         path = tmp_path / "fanout.png"
         args = ["bench", "--size", "2", "--repeats", "1", "--suite", "fanout"]
-        result = CliRunner().invoke(app, [*args, "--backend", "asyncio", "--plot", str(path)])
+        # the plot is the checkout's (benchmarks/), as `python -m benchmarks` runs it
+        result = CliRunner().invoke(
+            app, [*args, "--backend", "asyncio", "--plot", str(path)], obj=CHECKOUT
+        )
         assert result.exit_code == 0, result.output
         assert path.read_bytes().startswith(b"\x89PNG")
 
@@ -296,7 +299,7 @@ class TestOutput:
     ) -> None:
         path = tmp_path / "emit.png"
         args = ["bench", "--suite", "emit", "--backend", "asyncio", "--plot", str(path)]
-        result = CliRunner().invoke(app, args)
+        result = CliRunner().invoke(app, args, obj=CHECKOUT)
         assert result.exit_code == 2
         assert "the plot shows the fanout suite; add --suite fanout" in result.stderr
         assert not path.exists()
