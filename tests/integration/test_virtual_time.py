@@ -268,7 +268,9 @@ async def test_a_call_the_scheduler_answers_does_not_hold_the_calls_after_it(lim
     """loop-events answers a call in its scheduler stage, before its tool:pre: with a
     seat limit, the next calls must still emit theirs (this hung before the fix)."""
     plan = plan_for("loop-events")
-    plan["session"]["orchestrator"]["config"]["max_parallel_tools"] = limit
+    config = plan["session"]["orchestrator"]["config"]
+    config["parallel_tools"] = True  # loop-events runs calls one by one unless told
+    config["max_parallel_tools"] = limit
     calls = [
         {"id": f"c{n}", "name": "word_count", "arguments": {"text": "a b c"}} for n in range(3)
     ]
