@@ -709,30 +709,39 @@ class _SameInstant:
     Calls that finish at one instant of the clock (tools that sleep alike under a virtual
     clock, or answer at once) are woken together, and the scheduler runs them in any
     order (trio shuffles on purpose). Each finished call notes its instant and yields
-    once, so that every call finishing in that instant joins the queue; then the queue
-    goes by (instant, call index), and each call, as it goes, wakes the next one only.
-    A call never waits for one that has not finished: a slow sibling holds nobody.
+    once, so that every call finishing in that instant joins that instant's queue; then
+    the queue goes by call index, and each call, as it goes, wakes the next one only.
+
+    Only calls of one instant wait for each other: under a real clock two calls rarely
+    share an instant, so a call pays one yield and no wait. Across instants the order is
+    the clock's: under a virtual clock time cannot move on while an instant's queue has a
+    runnable head. A call never waits for one that has not finished.
     """
 
     def __init__(self) -> None:
-        self._ready: list[tuple[float, int]] = []  # a heap of (instant, call index)
+        self._queues: dict[float, list[int]] = {}  # per instant, a heap of call indexes
         self._waiting: dict[int, anyio.Event] = {}
 
     async def in_call_order(self, index: int) -> None:
-        ready = self._ready
-        entry = (anyio.current_time(), index)
-        heapq.heappush(ready, entry)
+        instant = anyio.current_time()
+        queue = self._queues.setdefault(instant, [])
+        heapq.heappush(queue, index)
         try:
             await anyio.lowlevel.checkpoint()  # the others of this instant join the queue
-            while ready[0] != entry:
+            while queue[0] != index:
                 wake = self._waiting[index] = anyio.Event()
                 await wake.wait()
         finally:
             # Whether it goes on or was cancelled, it leaves the queue; the next may go.
             self._waiting.pop(index, None)
-            ready.remove(entry)
-            heapq.heapify(ready)
-            if ready and (head := self._waiting.get(ready[0][1])) is not None:
+            if queue[0] == index:
+                heapq.heappop(queue)
+            else:
+                queue.remove(index)
+                heapq.heapify(queue)
+            if not queue:
+                del self._queues[instant]
+            elif (head := self._waiting.get(queue[0])) is not None:
                 head.set()
 
 
