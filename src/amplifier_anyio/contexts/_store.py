@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SessionError
+from ..kernel import _pidlock
 from . import _journal, _jsonl
 
 try:
@@ -154,39 +155,15 @@ def acquire_writer(transcript: Path) -> int:
         raise _no_fcntl(str(transcript))
     lock = lock_path_for(transcript)
     try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise _jsonl.ContextFileError(lock, None, f"cannot open: {_reason(exc)}") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = _holder(fd)
-        os.close(fd)
+        held = _pidlock.take(lock)
+    except _pidlock.LockFileError as exc:
+        raise _jsonl.ContextFileError(lock, None, f"cannot {exc.step}: {exc.strerror}") from exc
+    if isinstance(held, str):
         raise SessionError(
-            f"{transcript} is open for writing by another context ({holder}); one writer "
+            f"{transcript} is open for writing by another context ({held}); one writer "
             "per session file — close that one first, or open this one with read_only=True"
-        ) from None
-    except OSError as exc:
-        os.close(fd)
-        raise _jsonl.ContextFileError(lock, None, f"cannot lock: {_reason(exc)}") from exc
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    except OSError:  # the lock is held all the same; only its holder goes unnamed
-        pass
-    return fd
-
-
-def _holder(fd: int) -> str:
-    try:
-        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-    except OSError:
-        text = ""
-    if not text.isdigit():
-        return "pid unknown"
-    mine = " — this process" if int(text) == os.getpid() else ""
-    return f"pid {text}{mine}"
+        )
+    return held
 
 
 def release_writer(fd: int) -> None:

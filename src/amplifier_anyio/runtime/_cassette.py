@@ -70,19 +70,12 @@ import attrs
 
 from .. import errors as _errors
 from ..errors import CassetteError, CassetteMismatchError, ConfigError, LLMError
+from ..kernel import _pidlock
 from ..kernel._foreign import chat_response_of, tool_result_of
 from ..kernel._mount_plan import CASSETTE_MODES, CassetteSpec
 from ..kernel._tracing import current_tool_call
 from ..models import ChatRequest, ChatResponse, ContentBlock, ToolResult, structure, unstructure
 from ._streaming import stream_opener
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX (Windows)
-    fcntl = None  # type: ignore[assignment]
-
-_LOCKS: bool = fcntl is not None
-"""Whether this operating system has ``flock`` (POSIX); without it nothing records."""
 
 __all__ = (
     "ROOT_LANE",
@@ -345,78 +338,36 @@ def _acquire_recorder(path: Path) -> int:
     """
     lock = lock_path_for(path)
     where = f"session.cassette.path: {path}"
-    if not _LOCKS:  # pragma: no cover - not POSIX
+    if not _pidlock.HAS_LOCKS:  # pragma: no cover - not POSIX
         raise CassetteError(
             f"{where}: no fcntl file locks here, which recording needs", path=str(path)
         )
-    for _ in range(100):
-        try:
-            lock.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            msg = f"{where}: cannot open its lock {lock.name}: {exc.strerror or exc}"
-            raise CassetteError(msg, path=str(path)) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(fd)
-            os.close(fd)
-            msg = (
-                f"{where}: another recorder holds it ({holder}); one recorder per cassette "
-                "file — wait for it to finish, or record to another file"
-            )
-            raise CassetteError(msg, path=str(path)) from None
-        except OSError as exc:
-            os.close(fd)
-            msg = f"{where}: cannot lock {lock.name}: {exc.strerror or exc}"
-            raise CassetteError(msg, path=str(path)) from exc
-        try:
-            held, named = os.fstat(fd), os.stat(lock)
-            same = (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
-        except OSError:
-            same = False
-        if same:
-            with contextlib.suppress(OSError):  # the lock is held all the same
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            return fd
-        os.close(fd)  # its holder removed it as it let go: take the new one
-    msg = f"{where}: cannot take its lock {lock.name} (it keeps being replaced)"
-    raise CassetteError(msg, path=str(path))  # pragma: no cover
+    try:
+        held = _pidlock.take(lock)
+    except _pidlock.LockFileError as exc:
+        msg = f"{where}: cannot {exc.step} its lock {lock.name}: {exc.strerror}"
+        raise CassetteError(msg, path=str(path)) from exc
+    if isinstance(held, str):
+        msg = (
+            f"{where}: another recorder holds it ({held}); one recorder per cassette "
+            "file — wait for it to finish, or record to another file"
+        )
+        raise CassetteError(msg, path=str(path))
+    return held
 
 
 def _check_not_recording(path: Path) -> None:
     """Raise `CassetteError` naming the recorder that holds ``path``, if one does: a file
     being recorded is not replayed half-written."""
-    if not _LOCKS:  # pragma: no cover - not POSIX
+    if not _pidlock.HAS_LOCKS:  # pragma: no cover - not POSIX
         return
-    try:
-        fd = os.open(lock_path_for(path), os.O_RDONLY)
-    except OSError:
-        return  # no lock file: no recorder
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
+    holder = _pidlock.held_by(lock_path_for(path))
+    if holder is not None:
         msg = (
-            f"session.cassette.path: {path}: another recorder holds it ({_holder(fd)}); "
+            f"session.cassette.path: {path}: another recorder holds it ({holder}); "
             "replay it once the recording is done"
         )
-        raise CassetteError(msg, path=str(path)) from None
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _holder(fd: int) -> str:
-    try:
-        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-    except OSError:
-        text = ""
-    if not text.isdigit():
-        return "pid unknown"
-    mine = " — this process" if int(text) == os.getpid() else ""
-    return f"pid {text}{mine}"
+        raise CassetteError(msg, path=str(path))
 
 
 def _release_recorder(path: Path, fd: int) -> None:
