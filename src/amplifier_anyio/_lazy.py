@@ -8,10 +8,13 @@ for a plan that only uses the scripted provider.
 from __future__ import annotations
 
 import importlib
+import sys
+import warnings
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
-__all__ = ("lazy_names",)
+__all__ = ("lazy_names", "moved")
 
 
 def lazy_names(
@@ -34,3 +37,18 @@ def lazy_names(
         return sorted({*namespace, *names})
 
     return __getattr__, __dir__
+
+
+def moved(old: str, new: ModuleType, where: str) -> None:
+    """Leave ``new`` under the name ``old`` of a moved module, warning once that it moved.
+
+    Called by the alias package left at the old path (a package, so that version control
+    follows the file to its new place): private names and patches then reach the one
+    module. ``where`` says what to import instead.
+    """
+    warnings.warn(
+        f"{old} is deprecated: {where} (this alias goes in the next release)",
+        DeprecationWarning,
+        stacklevel=3,  # the import statement, past the alias package
+    )
+    sys.modules[old] = new

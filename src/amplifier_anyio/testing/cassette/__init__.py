@@ -7,18 +7,10 @@ place. Importing it warns once and leaves the new module under the old name.
 
 from __future__ import annotations
 
-import sys
-import warnings
-
 import amplifier_anyio.runtime._cassette as _moved
+from amplifier_anyio._lazy import moved
 from amplifier_anyio.runtime._cassette import *  # noqa: F403 - the old path offers what the new one does
 
 __all__ = _moved.__all__
 
-warnings.warn(
-    "amplifier_anyio.testing.cassette is deprecated: import its names from "
-    "amplifier_anyio.testing or amplifier_anyio.runtime (this alias goes in the next release)",
-    DeprecationWarning,
-    stacklevel=2,
-)
-sys.modules[__name__] = _moved  # private names and patches reach the one module
+moved(__name__, _moved, "import its names from amplifier_anyio.testing or amplifier_anyio.runtime")

@@ -6,18 +6,10 @@ place. Importing it warns once and leaves the new module under the old name.
 
 from __future__ import annotations
 
-import sys
-import warnings
-
 import amplifier_anyio.mcp.client as _moved
+from amplifier_anyio._lazy import moved
 from amplifier_anyio.mcp.client import *  # noqa: F403 - the old path offers what the new one does
 
 __all__ = _moved.__all__
 
-warnings.warn(
-    "amplifier_anyio.tools.mcp is deprecated: import amplifier_anyio.mcp.client"
-    " (this alias goes in the next release)",
-    DeprecationWarning,
-    stacklevel=2,
-)
-sys.modules[__name__] = _moved  # private names and patches reach the one module
+moved(__name__, _moved, "import amplifier_anyio.mcp.client")
