@@ -214,12 +214,13 @@ def say_retry(event: str, data: dict[str, Any]) -> None:
 _EVENT_IDS = ("session_id", "parent_id", "timestamp", "trace_id")
 
 
-def print_events(session: AmplifierSession, enabled: Callable[[], bool] = lambda: True) -> None:
-    """Print every event, one short line each on stderr, while ``enabled()``."""
+def print_events(session: AmplifierSession) -> Callable[[], None]:
+    """Print every event, one short line each on stderr; returns what stops it.
+
+    Registered only while wanted: a listener on every event costs each emit a thread hop
+    and turns on the ordering of a batch's tool events (docs/hooks.md)."""
 
     def show(event: str, data: dict[str, Any]) -> HookResult:
-        if not enabled():
-            return HookResult()
         fields = {k: v for k, v in data.items() if k not in _EVENT_IDS}
         text = json.dumps(fields, default=str)
         if len(text) > 160:
@@ -232,11 +233,18 @@ def print_events(session: AmplifierSession, enabled: Callable[[], bool] = lambda
         )
         return HookResult()
 
-    for event in ALL_EVENTS:
-        # A terminal write may block (a slow terminal, a full pipe): off the loop, in order.
-        session.coordinator.hooks.register(
-            event, show, priority=1_000_000, name="cli-events", blocking=True
-        )
+    # A terminal write may block (a slow terminal, a full pipe): off the loop, in order.
+    register = session.coordinator.hooks.register
+    stops = [
+        register(event, show, priority=1_000_000, name="cli-events", blocking=True)
+        for event in ALL_EVENTS
+    ]
+
+    def stop() -> None:
+        for unregister in stops:
+            unregister()
+
+    return stop
 
 
 class EventLog:

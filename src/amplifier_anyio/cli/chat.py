@@ -25,7 +25,7 @@ import signal
 import stat
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -205,6 +205,7 @@ class _Repl:
         self.base = base
         self.system = system
         self.events = events
+        self._stop_events: Callable[[], None] | None = None  # the printer, while it is on
         self.log = log
         self.strict = strict
         self.resumed = resumed
@@ -338,7 +339,7 @@ class _Repl:
 
     def _attach(self, session: AmplifierSession) -> None:
         hooks = session.coordinator.hooks
-        print_events(session, lambda: self.events)
+        self._stop_events = print_events(session) if self.events else None
         # Terminal writes may block (a slow terminal): off the loop, in order.
         hooks.register(
             CONTENT_BLOCK_START, self._on_block_start, name="cli-chat-stream", blocking=True
@@ -346,6 +347,15 @@ class _Repl:
         hooks.register(CONTENT_BLOCK_DELTA, self._on_delta, name="cli-chat-stream", blocking=True)
         _show_agents(session)
         session.child_setup.append(_show_agents)  # and each sub-agent's own, indented
+
+    def _show_events(self, session: AmplifierSession, *, on: bool) -> None:
+        """``/events on|off``: the printer is registered only while it is on."""
+        self.events = on
+        if on and self._stop_events is None:
+            self._stop_events = print_events(session)
+        elif not on and self._stop_events is not None:
+            self._stop_events()
+            self._stop_events = None
 
     def _banner(
         self, session: AmplifierSession, path: Path, history: list[dict[str, Any]], resumed: bool
@@ -489,7 +499,7 @@ class _Repl:
             if argument not in ("on", "off"):
                 say("usage: /events on|off")
             else:
-                self.events = argument == "on"
+                self._show_events(session, on=argument == "on")
                 say(f"(events {argument})")
         elif name == "/save":
             await self._save(session, argument)

@@ -288,6 +288,7 @@ class Redactor:
         self._literals = {s for s in literals if len(s) >= _MIN_LITERAL}
         self._compiled: re.Pattern[str] | None = None
         self._key_cache: dict[str, bool] = {}
+        self._key_text: dict[str, str] = {}  # a mapping key as cleaned (keys repeat)
 
     def _pattern(self) -> re.Pattern[str]:
         if self._compiled is None:
@@ -304,6 +305,7 @@ class Redactor:
                     return
                 self._literals.add(text)
                 self._compiled = None
+                self._key_text.clear()  # a key may be the secret just learned
 
     def text(self, value: str, depth: int = 0) -> str:
         """``value`` with every secret-looking substring replaced: key-shaped values,
@@ -363,7 +365,11 @@ class Redactor:
                     item: Any = REDACTED
                 else:
                     item = self.clean(v, depth + 1)
-                name = self.text(key, depth + 1)
+                name = self._key_text.get(key)
+                if name is None:
+                    name = self.text(key, depth + 1)
+                    if len(self._key_text) < _MAX_LEARNED and key[:1] not in "{[":
+                        self._key_text[key] = name
                 while name in cleaned:  # two keys redacted alike stay two entries
                     name += "'"
                 cleaned[name] = item

@@ -70,10 +70,13 @@ class _Entry:
     timeout: float | None = attrs.field(default=None, order=False)
     """Seconds the emit waits for this handler (async or blocking); None: no bound."""
 
-    @property
-    def inline(self) -> bool:
-        """A plain handler, called on the loop (neither async nor blocking)."""
-        return not self.is_async and not self.blocking
+    inline: bool = attrs.field(
+        init=False,
+        order=False,
+        default=attrs.Factory(lambda e: not e.is_async and not e.blocking, takes_self=True),
+    )
+    """A plain handler, called on the loop (neither async nor blocking): stored, not a
+    property, as ``emit`` reads it per handler."""
 
     @property
     def label(self) -> str:
@@ -377,9 +380,9 @@ class HookRegistry:
         result: Any
         try:
             if entry.inline:
-                started = time.perf_counter()
+                started = _perf_counter()
                 result = entry.handler(event, data)
-                held = time.perf_counter() - started
+                held = _perf_counter() - started
                 if held > self._slow_handler and entry.seq not in self._reported_slow:
                     await self._report_slow(entry, event, held)
             elif entry.timeout is None:
@@ -397,17 +400,15 @@ class HookRegistry:
             return result
         return _answer(entry, event, result, collecting=collecting)
 
-    async def _awaited(
-        self, entry: _Entry, event: str, pending: Any, *, collecting: bool = False
-    ) -> HookResult | None:
+    async def _awaited(self, entry: _Entry, event: str, pending: Any) -> HookResult | None:
         """The answer of a plain handler that returned an awaitable."""
         try:
             result = await pending
         except Exception as exc:  # noqa: BLE001 - logged, and a deny on a gate
-            return _failed(entry, event, exc, collecting=collecting)
+            return _failed(entry, event, exc)
         if result is None or isinstance(result, HookResult):
             return result
-        return _answer(entry, event, result, collecting=collecting)
+        return _answer(entry, event, result)
 
     async def _report_slow(self, entry: _Entry, event: str, held: float) -> None:
         """Name a plain handler that held the loop too long, once (log and ``hook:slow``)."""
