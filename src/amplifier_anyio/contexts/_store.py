@@ -151,7 +151,7 @@ def acquire_writer(transcript: Path) -> int:
 
     Raises `SessionError` naming the holder's pid when another writer has it.
     """
-    if fcntl is None:  # pragma: no cover - not POSIX
+    if not _pidlock.HAS_LOCKS:  # pragma: no cover - not POSIX
         raise _no_fcntl(str(transcript))
     lock = lock_path_for(transcript)
     try:

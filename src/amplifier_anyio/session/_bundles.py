@@ -67,8 +67,7 @@ WELL_KNOWN_BUNDLES: dict[str, str] = {
 """Bundle names upstream's CLI knows without being told (``includes: [foundation]``,
 ``foundation:behaviors/x``); a ``registry`` given to the resolver adds or replaces names."""
 
-_MODULE_LISTS = MODULE_LISTS
-_PLAN_KEYS = ("session", "orchestrator", "context", *_MODULE_LISTS, "agents", "instruction")
+_PLAN_KEYS = ("session", "orchestrator", "context", *MODULE_LISTS, "agents", "instruction")
 _UPSTREAM_KEYS = ("bundle", "profile", "includes")
 _SUFFIXES = (".yaml", ".yml", ".md", ".toml")
 _FRONT_MATTER = re.compile(r"^---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|$)", re.DOTALL)
@@ -306,7 +305,7 @@ class _Resolver:
         parts = {k: data[k] for k in _PLAN_KEYS if k in data and k != "agents"}
         if isinstance(parts.get("context"), Mapping) and "include" in parts["context"]:
             del parts["context"]  # upstream's context files, not our context's config
-        for section in _MODULE_LISTS:
+        for section in MODULE_LISTS:
             if isinstance(parts.get(section), list):
                 parts[section] = [_absolute_source(e, base) for e in parts[section]]
         session = parts.get("session")
@@ -543,10 +542,10 @@ def _agent_definition(
         meta = data if ("name" in data or "description" in data) else {}
     agent: dict[str, Any] = {"name": meta.get("name", name), "description": ""}
     agent.update({k: v for k, v in meta.items() if k != "name"})
-    for key in (*_MODULE_LISTS, "session", "provider_preferences", "model_role"):
+    for key in (*MODULE_LISTS, "session", "provider_preferences", "model_role"):
         if key in data:
             agent[key] = data[key]
-    for section in _MODULE_LISTS:
+    for section in MODULE_LISTS:
         if isinstance(agent.get(section), list):
             agent[section] = [_absolute_source(e, base) for e in agent[section]]
     if isinstance(data.get("agents"), str | list):  # which agents it may use in turn
