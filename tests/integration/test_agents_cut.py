@@ -1,9 +1,11 @@
 """A sub-agent cut by an immediate cancel: its ``task:agent_completed`` says what it spent
-and how many calls it made, and it can be resumed with context-simple too (its history
-kept in memory), as with context-persistent."""
+and how many calls it made, the parent's answer to the cut ``task`` call names the child's
+``session_id``, and the model resumes it with that id — with context-simple too (its
+history kept in memory), as with context-persistent."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
@@ -44,15 +46,19 @@ async def test_a_child_cut_by_an_immediate_cancel_reports_its_spend_and_resumes(
         return ScriptedProvider(reply)
 
     children = Children({"researcher": researcher}, probe=lambda child: hang)
-    ids: list[str] = []
+    cut_answers: list[dict[str, Any]] = []  # what the model read for the cut call
 
     def parent(request: ChatRequest) -> ChatResponse:
         results = tool_results(request)
         if results:
             return answer(results[0])
-        if not ids:
+        cut = [m.content for m in request.messages if m.role == "tool" and m.tool_call_id == "c0"]
+        if not cut:
             return calls(task("researcher", "dig"))
-        return calls(("task", {"session_id": ids[0], "instruction": "go on"}), prefix="r")
+        cut_answers.append(json.loads(str(cut[0])))
+        # the model resumes the child with the id the cut answer gave it
+        resume = {"session_id": cut_answers[0].get("session_id"), "instruction": "go on"}
+        return calls(("task", resume), prefix="r")
 
     recorder = EventRecorder()
     async with AmplifierSession(plan(context=context_table)) as session:
@@ -69,11 +75,21 @@ async def test_a_child_cut_by_an_immediate_cancel_reports_its_spend_and_resumes(
                 tg.start_soon(run)
                 await probing.wait()
                 assert session.cancel(immediate=True)
-        ids.extend(data["sub_session_id"] for _, data in recorder.get_events(TASK_AGENT_SPAWNED))
+        ids = [data["sub_session_id"] for _, data in recorder.get_events(TASK_AGENT_SPAWNED)]
+        context: Any = session.coordinator.get("context")
+        [kept] = [m for m in await context.get_messages() if m.get("tool_call_id") == "c0"]
         with anyio.fail_after(HANG_GUARD):
             again = await session.run("carry on")
 
     assert outcome[0].status is TurnStatus.CANCELLED
+    # the parent's transcript answers the cut call "cancelled", naming the child
+    assert json.loads(kept["content"]) == {
+        "error": "Tool execution was cancelled",
+        "cancelled": True,
+        "tool": "task",
+        "session_id": ids[0],
+    }
+    assert cut_answers == [json.loads(kept["content"])]
     cut, resumed = [data for _, data in recorder.get_events(TASK_AGENT_COMPLETED)]
     assert cut["status"] == "cancelled"
     assert cut["turn_count"] == 1  # one provider call before the cut
