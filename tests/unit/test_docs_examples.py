@@ -77,31 +77,49 @@ class Outcome(NamedTuple):
     output: str
 
 
-def run_example(example: Example, workdir: Path) -> Outcome:
+def run_example(
+    example: Example,
+    workdir: Path,
+    python: str = sys.executable,
+    env: Mapping[str, str] | None = None,
+) -> Outcome:
+    """Run one block as a script of its own, with ``python``, in the new ``workdir``
+    (``env``: the environment, else this process's)."""
     workdir.mkdir()
     script = workdir / "example.py"
     script.write_text(example.code, encoding="utf-8")
     try:
         done = subprocess.run(
-            [sys.executable, "-W", "error", str(script)],
+            [python, "-W", "error", str(script)],
             cwd=workdir,
             capture_output=True,
             text=True,
             timeout=TIME_LIMIT,
             check=False,
+            env=env,
         )
     except subprocess.TimeoutExpired as exc:
         return Outcome(None, f"{exc.stdout or ''}{exc.stderr or ''}")
     return Outcome(done.returncode, done.stdout + done.stderr)
 
 
+def run_examples(
+    examples: list[Example],
+    root: Path,
+    python: str = sys.executable,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Outcome]:
+    """Run every block at once (each in its own directory under ``root``), by place."""
+    workdirs = [root / f"block-{n}" for n in range(len(examples))]
+    count = len(examples)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = pool.map(run_example, examples, workdirs, [python] * count, [env] * count)
+        return {example.where: result for example, result in zip(examples, results, strict=True)}
+
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Mapping[str, Outcome]:
-    root = tmp_path_factory.mktemp("docs-examples")
-    workdirs = [root / f"block-{n}" for n in range(len(RUNNABLE))]
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = pool.map(run_example, RUNNABLE, workdirs)
-        return {example.where: result for example, result in zip(RUNNABLE, results, strict=True)}
+    return run_examples(RUNNABLE, tmp_path_factory.mktemp("docs-examples"))
 
 
 @pytest.mark.slow
