@@ -4,10 +4,11 @@ The README tells a new user to run ``python3 -m venv .venv && .venv/bin/pip inst
 and then ``amplifier-anyio run "..."``. This builds that venv once per test session (from
 the checkout, no extras: network to PyPI for the core dependencies), runs the README's
 own command in it, and runs every runnable ```python block of README.md and docs/ with
-its interpreter — the blocks and the runner of ``test_docs_examples``. A block that
-needs a package only the test extras bring (hypothesis, pytest, the SDKs…) fails here
-while passing there: fix the example (or mark it not-run with a reason), or the
-packaging when a core dependency is missing — never this test.
+its interpreter — the blocks and the runner of ``test_docs_examples`` — except those
+marked ``<!-- needs: EXTRA -->`` (their text tells the reader to ``pip install
+'.[EXTRA]'``). A block that imports a package only an extra brings, unmarked, fails here
+while passing there: fix the example (or mark what it needs), or the packaging when a core
+dependency is missing — never this test.
 """
 
 from __future__ import annotations
@@ -77,12 +78,17 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv
 
 
+CORE = [example for example in RUNNABLE if not example.needs]
+"""The blocks a reader runs after ``pip install .`` alone (the others say which extra
+they need: ``<!-- needs: ... -->`` and the text around them)."""
+
+
 @pytest.fixture(scope="module")
 def fresh_outcomes(
     fresh_venv: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Mapping[str, Outcome]:
     root = tmp_path_factory.mktemp("fresh-examples")
-    return run_examples(RUNNABLE, root, str(fresh_venv / BIN / "python"), clean_env())
+    return run_examples(CORE, root, str(fresh_venv / BIN / "python"), clean_env())
 
 
 def test_the_readme_first_command_installs_the_package_alone() -> None:
@@ -112,7 +118,7 @@ def test_the_readme_first_command_runs_its_turn(fresh_venv: Path, tmp_path: Path
     assert done.stdout.strip(), f"{run} printed nothing:\n{done.stderr}"
 
 
-@pytest.mark.parametrize("example", RUNNABLE, ids=[example.where for example in RUNNABLE])
+@pytest.mark.parametrize("example", CORE, ids=[example.where for example in CORE])
 def test_documented_example_runs_after_pip_install_dot(
     fresh_outcomes: Mapping[str, Outcome], example: Example
 ) -> None:
