@@ -6,6 +6,10 @@ history kept in memory), as with context-persistent."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,6 +22,8 @@ from amplifier_anyio.providers.scripted import ScriptedProvider
 from amplifier_anyio.testing import EventRecorder
 
 pytestmark = pytest.mark.anyio
+
+CRASH_PARENT = Path(__file__).with_name("_agents_crash_parent.py")
 
 
 @pytest.mark.parametrize("context", ["context-simple", "context-persistent"])
@@ -101,3 +107,65 @@ async def test_a_child_cut_by_an_immediate_cancel_reports_its_spend_and_resumes(
     # the cut turn's history came back: system, user, the probe call and its answer, and
     # the new instruction
     assert seen == [5]
+
+
+async def test_a_child_cut_by_a_crash_is_named_by_the_interrupted_answer(
+    tmp_path: Path, anyio_backend_name: str
+) -> None:
+    """The process dies (SIGKILL) while the child runs: on load, the parent's transcript
+    answers the task call "interrupted" with the child's session_id (the journal's
+    ``noted`` record), and the model resumes the child with it."""
+    transcript = tmp_path / "root.jsonl"
+    process = await anyio.open_process(
+        [sys.executable, str(CRASH_PARENT), str(transcript), anyio_backend_name]
+    )
+    try:
+        assert process.stdout is not None
+        with anyio.fail_after(HANG_GUARD):
+            seen = b""
+            async for chunk in process.stdout:
+                seen += chunk
+                if b"probing\n" in seen:
+                    break
+        os.kill(process.pid, signal.SIGKILL)
+        with anyio.fail_after(HANG_GUARD):
+            await process.wait()
+    finally:
+        if process.returncode is None:  # pragma: no cover - only on a failure above
+            process.kill()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(HANG_GUARD):
+                await process.wait()
+        await process.aclose()
+
+    read: list[dict[str, Any]] = []
+
+    def parent(request: ChatRequest) -> ChatResponse:
+        results = tool_results(request)
+        if results:
+            return answer(results[0])
+        [cut] = [m.content for m in request.messages if m.tool_call_id == "c0"]
+        read.append(json.loads(str(cut)))
+        return calls(("task", {"session_id": read[0].get("session_id"), "instruction": "go on"}))
+
+    def researcher(child: AmplifierSession) -> ScriptedProvider:
+        return ScriptedProvider([answer("picked up after the crash")])
+
+    context = {"module": "context-persistent", "config": {"path": str(transcript)}}
+    async with AmplifierSession(plan(context=context), session_id="root") as session:
+        session.child_setup.append(Children({"researcher": researcher}))
+        await session.coordinator.mount("providers", ScriptedProvider(parent), name="scripted")
+        with anyio.fail_after(HANG_GUARD):
+            again = await session.run("carry on")
+
+    [interrupted] = read
+    child_id = interrupted.get("session_id")
+    assert interrupted == {
+        "error": "Tool execution was interrupted",
+        "interrupted": True,
+        "tool": "task",
+        "session_id": child_id,
+    }
+    assert str(child_id).startswith("root-")
+    assert str(child_id).endswith("_researcher")
+    assert again.status is TurnStatus.SUCCESS
+    assert '"response": "picked up after the crash"' in again.text

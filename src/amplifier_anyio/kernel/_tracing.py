@@ -53,14 +53,15 @@ class ToolCallContext:
     on_note: Callable[[Mapping[str, Any]], Awaitable[None]] | None = attrs.field(
         default=None, eq=False, repr=False
     )
-    """Where [`note_resume`][amplifier_anyio.ToolCallContext.note_resume] keeps its fields
+    """Where ``note_resume`` keeps its fields
     (the tool batch's; None outside a batch: the note is dropped)."""
 
     async def note_resume(self, **fields: Any) -> None:
         """Attach to this call what resumes its work should it be cut before it answers.
 
-        A cancel (or a crash, with a journaling context) that stops the call before it
-        has a result answers it "cancelled" / "interrupted"; that answer then carries
+        A cancel that stops the call before it has a result answers it "cancelled"
+        (``cancelled_result``), and a crash, with a context that journals calls
+        (context-persistent), answers it "interrupted" on load; that answer then carries
         ``fields`` too (JSON values, beside ``error`` / ``cancelled`` / ``tool``, which
         they never replace), so the model can pick the work up: tool-task notes
         ``session_id`` as soon as its sub-agent has one. A later note adds to (and

@@ -562,9 +562,24 @@ class ToolBatch:
         )
 
     async def _note(self, index: int, fields: Mapping[str, Any]) -> None:
-        """Keep what call ``index`` noted to resume its work (``note_resume``)."""
+        """Keep what call ``index`` noted to resume its work (``note_resume``): for the
+        batch's cancelled answer, and in the journal (``journal_noted``, when the context
+        offers it) for the interrupted answer after a crash; a journal write that fails
+        or gives up is a problem of the batch (the cancel path still has the note)."""
         self._notes.setdefault(index, {}).update(fields)
-        await anyio.lowlevel.checkpoint()
+        note = getattr(self._journal, "journal_noted", None)
+        if note is None:
+            await anyio.lowlevel.checkpoint()
+            return
+        call, timeout = self.calls[index], self.config.write_timeout
+        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout) as bound:
+            try:
+                await note(call.id, dict(fields))
+            except Exception as exc:  # noqa: BLE001 - reported; the cancel path has it
+                self._problem(f"journaling the note of {call.id} failed: {exc}")
+        if bound.cancelled_caught:
+            self._problem(f"journaling the note of {call.id} gave up after {timeout} s")
+        await anyio.lowlevel.checkpoint_if_cancelled()
 
     def _elsewhere(
         self, call: ToolCall, tool: Any, tool_input: Any, context: ToolCallContext
