@@ -187,7 +187,9 @@ class ToolJournal(Protocol):
     nothing. ``journal_started`` is awaited (durably recorded) before the tool runs and
     returns the call's idempotency key; ``journal_finished`` records the result as soon as
     it exists; ``journal_deferred`` records a call held for an approval. After a crash the
-    context answers a finished call with its recorded result, never running it again.
+    context answers a finished call with its recorded result, never running it again. A
+    context may also offer ``journal_noted(call_id, fields)`` (context-persistent does):
+    what a running tool noted to resume its work, carried by the call's interrupted result.
     See ``docs/durable.md``.
     """
 

@@ -3,15 +3,21 @@
 Each block is a complete program: it runs on its own in a fresh interpreter, in an empty
 working directory, with warnings as errors and a time limit. A block that is deliberately
 not runnable (a fragment, or one that needs a server or a package we do not install) is
-marked by a ``<!-- not-run -->`` line right before its opening fence. The blocks are
-independent, so they all start at once and each test reads its own block's outcome.
+marked by a ``<!-- not-run -->`` line right before its opening fence. A block that needs
+a package of an extra (its text says which: ``pip install '.[mcp]'``) is marked by a
+``<!-- needs: EXTRA ... -->`` line there instead: it runs here (the test extras bring those
+packages) and is left out of the fresh ``pip install .`` run (test_docs_fresh_install.py).
+The blocks are independent, so they all start at once and each test reads its own
+block's outcome.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
+import tomllib
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,15 +27,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NOT_RUN = "<!-- not-run -->"
+NEEDS = re.compile(r"<!-- needs: ([\w\- ]+) -->")
 TIME_LIMIT = 60.0  # seconds per block, far above what any example needs
 
 
 class Example(NamedTuple):
-    """One fenced python block: where it is, its code, whether it is marked not-run."""
+    """One fenced python block: where it is, its code, whether it is marked not-run, and
+    the extras it needs beyond ``pip install .`` (``<!-- needs: ... -->``)."""
 
     where: str
     code: str
     runnable: bool
+    needs: tuple[str, ...] = ()
 
 
 def extract(text: str, origin: str) -> list[Example]:
@@ -51,7 +60,9 @@ def extract(text: str, origin: str) -> list[Example]:
                 raise ValueError(msg)
             body = [code.removeprefix(indent) for code in lines[start:end]]
             code = textwrap.dedent("\n".join(body)) + "\n"
-            examples.append(Example(f"{origin}:{i + 1}", code, previous.strip() != NOT_RUN))
+            needs = NEEDS.fullmatch(previous.strip())
+            extras = tuple(needs.group(1).split()) if needs else ()
+            examples.append(Example(f"{origin}:{i + 1}", code, previous.strip() != NOT_RUN, extras))
             previous, i = "```", end + 1
             continue
         if line.strip():
@@ -77,31 +88,49 @@ class Outcome(NamedTuple):
     output: str
 
 
-def run_example(example: Example, workdir: Path) -> Outcome:
+def run_example(
+    example: Example,
+    workdir: Path,
+    python: str = sys.executable,
+    env: Mapping[str, str] | None = None,
+) -> Outcome:
+    """Run one block as a script of its own, with ``python``, in the new ``workdir``
+    (``env``: the environment, else this process's)."""
     workdir.mkdir()
     script = workdir / "example.py"
     script.write_text(example.code, encoding="utf-8")
     try:
         done = subprocess.run(
-            [sys.executable, "-W", "error", str(script)],
+            [python, "-W", "error", str(script)],
             cwd=workdir,
             capture_output=True,
             text=True,
             timeout=TIME_LIMIT,
             check=False,
+            env=env,
         )
     except subprocess.TimeoutExpired as exc:
         return Outcome(None, f"{exc.stdout or ''}{exc.stderr or ''}")
     return Outcome(done.returncode, done.stdout + done.stderr)
 
 
+def run_examples(
+    examples: list[Example],
+    root: Path,
+    python: str = sys.executable,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Outcome]:
+    """Run every block at once (each in its own directory under ``root``), by place."""
+    workdirs = [root / f"block-{n}" for n in range(len(examples))]
+    count = len(examples)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = pool.map(run_example, examples, workdirs, [python] * count, [env] * count)
+        return {example.where: result for example, result in zip(examples, results, strict=True)}
+
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Mapping[str, Outcome]:
-    root = tmp_path_factory.mktemp("docs-examples")
-    workdirs = [root / f"block-{n}" for n in range(len(RUNNABLE))]
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = pool.map(run_example, RUNNABLE, workdirs)
-        return {example.where: result for example, result in zip(RUNNABLE, results, strict=True)}
+    return run_examples(RUNNABLE, tmp_path_factory.mktemp("docs-examples"))
 
 
 @pytest.mark.slow
@@ -159,6 +188,23 @@ def test_extract_finds_python_blocks_and_honours_the_marker() -> None:
     ]
     assert examples[0].code == 'print("one")\n'
     assert examples[2].code == 'if True:\n    print("indented")\n'
+
+
+def test_a_needs_marker_names_the_extras_of_a_runnable_block() -> None:
+    text = "<!-- needs: mcp otel -->\n```python\nx = 1\n```\n```python\ny = 2\n```\n"
+
+    assert [(e.runnable, e.needs) for e in extract(text, "t.md")] == [
+        (True, ("mcp", "otel")),
+        (True, ()),
+    ]
+
+
+def test_every_needed_extra_is_one_of_the_package() -> None:
+    """A block's ``needs`` names extras a reader can install: ``pip install '.[NAME]'``."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = set(project["optional-dependencies"])
+
+    assert {need for example in EXAMPLES for need in example.needs} <= extras
 
 
 def test_a_marker_applies_only_to_the_next_block() -> None:

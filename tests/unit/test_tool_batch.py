@@ -579,3 +579,47 @@ async def test_a_cancelled_batch_keeps_finished_results_and_answers_the_rest() -
     assert json.loads(stuck) == {**CANCELLED, "tool": "stuck"}
     assert fast == "fast result"
     assert [m["tool_call_id"] for m in context.messages[1:]] == ["s", "f"]
+
+
+async def test_a_cut_call_answers_with_what_its_tool_noted_to_resume_it() -> None:
+    """``ToolCallContext.note_resume``: the cancelled answer of a call cut before it
+    answered carries the noted fields (never replacing its own keys); a call that
+    answers keeps its own result."""
+
+    class Job:
+        def __init__(self, name: str, *, hang: bool) -> None:
+            self.name, self.hang = name, hang
+
+        async def execute(self, tool_input: dict[str, Any]) -> str:
+            call = current_tool_call()
+            assert call is not None
+            await call.note_resume(job_id=f"job-{call.tool_call_id}", cancelled="no")
+            await call.note_resume(attempt=2)
+            if self.hang:
+                await anyio.sleep_forever()
+            return "done"
+
+    calls = [ToolCall(id="s", name="slow"), ToolCall(id="q", name="quick")]
+    context = MockContextManager()
+    tools = {"slow": Job("slow", hang=True), "quick": Job("quick", hang=False)}
+    batch = ToolBatch(calls=calls, tools=tools, hooks=MockCoordinator().hooks)
+    with anyio.CancelScope() as scope:
+
+        async def cancel_when_quick_is_done() -> None:
+            await anyio.wait_all_tasks_blocked()
+            scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_when_quick_is_done)
+            await batch.run(context, assistant(calls))
+
+    slow, quick = tool_contents(context)
+    assert json.loads(slow) == {**CANCELLED, "tool": "slow", "job_id": "job-s", "attempt": 2}
+    assert quick == "done"
+
+
+async def test_a_note_outside_a_batch_is_dropped() -> None:
+    call = ToolCallContext(
+        tool_call_id="x", tool_name="t", parallel_group_id="g", index=0, trace_id=None
+    )
+    await call.note_resume(session_id="kept nowhere")  # no batch: nothing to keep it

@@ -13,7 +13,9 @@ made the call (so an id a provider reuses in a later turn is another call). Reco
   of an earlier one);
 - ``decided`` (``decision``: ``allow`` | ``deny``, ``digest``: `call_digest` of the
   tool and arguments decided on, ``hold``, ``id``: the decision's own id when it came from
-  the decisions file): the approval's answer, bound to the call as it was shown.
+  the decisions file): the approval's answer, bound to the call as it was shown;
+- ``noted`` (``fields``): what the running tool noted to resume its work
+  (``ToolCallContext.note_resume``); the interrupted result of the call carries them.
 
 A call without a result in the history is settled from its records on load: ``finished``
 gives that result (the call never runs again); ``deferred`` gives a *pending* placeholder;
@@ -41,6 +43,7 @@ __all__ = (
     "FINISHED",
     "DEFERRED",
     "DECIDED",
+    "NOTED",
     "CallState",
     "fold",
     "apply_record",
@@ -70,6 +73,7 @@ STARTED = "started"
 FINISHED = "finished"
 DEFERRED = "deferred"
 DECIDED = "decided"
+NOTED = "noted"
 
 PENDING_MESSAGE = "Tool call is awaiting approval"
 INTERRUPTED_ERROR = "Tool execution was interrupted"
@@ -95,6 +99,8 @@ class CallState:
     """The `call_digest` the decision was made on."""
     decision_ids: set[str] = attrs.field(factory=set)
     """Ids of the outside decisions already taken into this journal."""
+    resume: dict[str, Any] = attrs.field(factory=dict)
+    """What the tool noted to resume its work (``noted`` records, the later winning)."""
 
 
 def fold(records: Iterable[Mapping[str, Any]]) -> dict[tuple[int, str], CallState]:
@@ -139,6 +145,8 @@ def apply_record(states: dict[tuple[int, str], CallState], record: Mapping[str, 
         state.digest = digest if isinstance(digest, str) else None
         if isinstance(record.get("id"), str):
             state.decision_ids.add(record["id"])
+    elif kind == NOTED and isinstance(record.get("fields"), dict):
+        state.resume.update(record["fields"])
 
 
 def read_records(data: bytes) -> list[dict[str, Any]]:
@@ -197,18 +205,25 @@ def pending_result(call_id: str, name: str, prompt: str) -> dict[str, Any]:
     )
 
 
-def interrupted_result(call_id: str, name: str) -> dict[str, Any]:
-    """The final result of a call the process died during (see persistent's)."""
-    payload = {"error": INTERRUPTED_ERROR, "interrupted": True, "tool": name}
+def interrupted_result(
+    call_id: str, name: str, resume: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The final result of a call the process died during (see persistent's); ``resume``:
+    what its tool noted to pick the work up (beside the fixed keys, never replacing them)."""
+    payload: dict[str, Any] = {"error": INTERRUPTED_ERROR, "interrupted": True, "tool": name}
+    for key, value in (resume or {}).items():
+        payload.setdefault(key, value)
     return _tool_message(
         call_id, name, json.dumps(payload, ensure_ascii=False), {"interrupted": True}
     )
 
 
-def resumable_result(call_id: str, name: str) -> dict[str, Any]:
+def resumable_result(
+    call_id: str, name: str, resume: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The placeholder of an idempotent call that was running at a crash: the interrupted
     result, marked so that ``session.resume()`` runs the call again."""
-    message = interrupted_result(call_id, name)
+    message = interrupted_result(call_id, name, resume)
     message["metadata"] = {"interrupted": True, "resumable": True}
     return message
 
@@ -234,8 +249,8 @@ def _settle_open(state: CallState | None, call_id: str, name: str) -> dict[str, 
     if state.deferred is not None and not state.started:
         return pending_result(call_id, name, state.deferred.prompt)
     if state.started and state.idempotent:
-        return resumable_result(call_id, name)
-    return interrupted_result(call_id, name)
+        return resumable_result(call_id, name, state.resume)
+    return interrupted_result(call_id, name, state.resume)
 
 
 def _settle_placeholder(
@@ -246,9 +261,10 @@ def _settle_placeholder(
     if state.content is not None:
         return finished_result(call_id, name, state.content)
     if state.started and not state.idempotent:
-        return interrupted_result(call_id, name)  # ran again, died again: never a third time
+        # ran again, died again: never a third time
+        return interrupted_result(call_id, name, state.resume)
     if state.started and (message.get("metadata") or {}).get("pending_approval"):
-        return resumable_result(call_id, name)
+        return resumable_result(call_id, name, state.resume)
     return message
 
 

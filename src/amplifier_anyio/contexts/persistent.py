@@ -483,6 +483,19 @@ class PersistentContextManager(SimpleContextManager):
         }
         await self._journal_append(record)
 
+    async def journal_noted(self, call_id: str, fields: dict[str, Any]) -> None:
+        """Record, fsynced, what a running call's tool noted to resume its work
+        (``ToolCallContext.note_resume``): a crash's interrupted result carries it."""
+        self._writable()
+        await self._ready()
+        record = {
+            "type": _journal.NOTED,
+            "at": self._at_of(call_id),
+            "call_id": call_id,
+            "fields": fields,
+        }
+        await self._journal_append(record)
+
     async def journal_decide(self, approvals: dict[str, str]) -> None:
         """Record approvals (``call id → "allow" | "deny"``) of the pending calls, each bound
         to the tool and arguments its call was deferred with.

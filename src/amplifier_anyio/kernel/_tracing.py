@@ -7,11 +7,12 @@ variables, every task spawned inside the turn sees them, and tasks of another tu
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+import anyio
 import attrs
 
 __all__ = (
@@ -49,6 +50,27 @@ class ToolCallContext:
     batch: Sequence[Any] = attrs.field(default=(), eq=False, repr=False)
     """Every call of the call's batch (``ToolCall`` values, in order): a sub-agent spawned
     by this call is told apart from its siblings' (its cassette lane) by them."""
+    on_note: Callable[[Mapping[str, Any]], Awaitable[None]] | None = attrs.field(
+        default=None, eq=False, repr=False
+    )
+    """Where ``note_resume`` keeps its fields
+    (the tool batch's; None outside a batch: the note is dropped)."""
+
+    async def note_resume(self, **fields: Any) -> None:
+        """Attach to this call what resumes its work should it be cut before it answers.
+
+        A cancel that stops the call before it has a result answers it "cancelled"
+        (``cancelled_result``), and a crash, with a context that journals calls
+        (context-persistent), answers it "interrupted" on load; that answer then carries
+        ``fields`` too (JSON values, beside ``error`` / ``cancelled`` / ``tool``, which
+        they never replace), so the model can pick the work up: tool-task notes
+        ``session_id`` as soon as its sub-agent has one. A later note adds to (and
+        overrides) an earlier one; a call that answers keeps its own result.
+        """
+        if self.on_note is None:
+            await anyio.lowlevel.checkpoint()
+            return
+        await self.on_note(dict(fields))
 
 
 def current_trace_id() -> str | None:

@@ -74,12 +74,15 @@ CANCELLED_MESSAGE = "Tool execution was cancelled"
 """The ``error`` text of the result given to a call that had not finished."""
 
 
-def cancelled_result(tool_name: str) -> ToolResult:
-    """The fixed result of a call that was cancelled before it finished."""
+def cancelled_result(tool_name: str, resume: Mapping[str, Any] | None = None) -> ToolResult:
+    """The result of a call that was cancelled before it finished; ``resume``: what the
+    tool noted to pick its work up again (``ToolCallContext.note_resume``), added to the
+    output beside ``error`` / ``cancelled`` / ``tool`` (never replacing them)."""
+    output: dict[str, Any] = {"error": CANCELLED_MESSAGE, "cancelled": True, "tool": tool_name}
+    for key, value in (resume or {}).items():
+        output.setdefault(key, value)
     return ToolResult(
-        success=False,
-        output={"error": CANCELLED_MESSAGE, "cancelled": True, "tool": tool_name},
-        error={"message": CANCELLED_MESSAGE, "type": "cancelled"},
+        success=False, output=output, error={"message": CANCELLED_MESSAGE, "type": "cancelled"}
     )
 
 
@@ -147,6 +150,9 @@ class ToolBatch:
     """Per call index: set once the call before it has emitted ``tool:pre`` (_in_turn)."""
     _claims: ClaimTable | None = attrs.field(init=False, default=None)
     """Who waits for whom, in a parallel batch whose tools declare claims (_claims.py)."""
+    _notes: dict[int, dict[str, Any]] = attrs.field(init=False, factory=dict)
+    """Per call index: what its tool noted to resume its work (``note_resume``), given
+    with the cancelled answer of a call that has no result."""
     _build_context: Callable[..., ToolCallContext] = attrs.field(init=False)
     """``_call_context`` bound once: a call's deferred context holds it without a bound
     method object of its own (64 bytes per in-flight call)."""
@@ -355,6 +361,10 @@ class ToolBatch:
             }
             for call, slot in zip(self.calls, self._slots, strict=True)
         ]
+        for index, resume in self._notes.items():
+            if self._slots[index] is None:  # cut: the answer says how to pick it up
+                name = self.calls[index].name
+                messages[index]["content"] = _cancelled_content(name, resume)
         for index in self.held:
             messages[index]["metadata"] = {"pending_approval": True}
         return messages
@@ -548,7 +558,28 @@ class ToolBatch:
             idempotency_key=key,
             approved=call.id in self.approved,
             batch=self.calls,
+            on_note=partial(self._note, index),
         )
+
+    async def _note(self, index: int, fields: Mapping[str, Any]) -> None:
+        """Keep what call ``index`` noted to resume its work (``note_resume``): for the
+        batch's cancelled answer, and in the journal (``journal_noted``, when the context
+        offers it) for the interrupted answer after a crash; a journal write that fails
+        or gives up is a problem of the batch (the cancel path still has the note)."""
+        self._notes.setdefault(index, {}).update(fields)
+        note = getattr(self._journal, "journal_noted", None)
+        if note is None:
+            await anyio.lowlevel.checkpoint()
+            return
+        call, timeout = self.calls[index], self.config.write_timeout
+        with anyio.CancelScope(shield=True), anyio.move_on_after(timeout) as bound:
+            try:
+                await note(call.id, dict(fields))
+            except Exception as exc:  # noqa: BLE001 - reported; the cancel path has it
+                self._problem(f"journaling the note of {call.id} failed: {exc}")
+        if bound.cancelled_caught:
+            self._problem(f"journaling the note of {call.id} gave up after {timeout} s")
+        await anyio.lowlevel.checkpoint_if_cancelled()
 
     def _elsewhere(
         self, call: ToolCall, tool: Any, tool_input: Any, context: ToolCallContext
@@ -758,8 +789,8 @@ def _field(data: Any, key: str, default: Any) -> Any:
     return data.get(key, default)
 
 
-def _cancelled_content(tool_name: str) -> str:
-    return cancelled_result(tool_name).get_serialized_output()
+def _cancelled_content(tool_name: str, resume: Mapping[str, Any] | None = None) -> str:
+    return cancelled_result(tool_name, resume).get_serialized_output()
 
 
 def _content_of(result: ToolResult) -> str:

@@ -60,6 +60,7 @@ from ..kernel._handle import current_turn
 from ..kernel._mount_plan import MountPlan
 from ..kernel._overlay import merge_plan
 from ..kernel._tracing import current_tool_call
+from ..kernel._turns import TurnStatus
 from ..models import unstructure
 
 if TYPE_CHECKING:
@@ -93,6 +94,7 @@ DEFAULT_MAX_AGENT_DEPTH = 3
 METADATA_FILENAME = "metadata.json"
 """Beside a persisted child's transcript: its id, parent, agent, lane and depth."""
 
+_ANSWERED = (TurnStatus.SUCCESS, TurnStatus.INCOMPLETE)  # a turn that ended with an answer
 _SELF = "self"  # upstream's name for "a child with the parent's own plan"
 _OWN_KEYS = frozenset(
     {
@@ -482,7 +484,7 @@ class Delegation:
         record = _Child(agent=agent_name, transcript=transcript)
         lane = self.lane_for(parent, agent_name)
         child = self._child(parent, config, child_id, agent_name, lane=lane, resumed=False)
-        result = await self._run_child(
+        result, cost_usd = await self._run_child(
             parent,
             child,
             instruction,
@@ -490,7 +492,7 @@ class Delegation:
             system=agent_instruction(agent),
             inherited=_sanitized(parent_messages),
         )
-        return self._answer(child_id, result, child.coordinator.turn.budget.cost_usd)
+        return self._answer(child_id, result, cost_usd)
 
     async def resume(self, *, sub_session_id: str, instruction: str) -> dict[str, Any]:
         """Continue child ``sub_session_id`` with ``instruction`` (capability
@@ -515,10 +517,10 @@ class Delegation:
                 raise DelegationError(f"no sub-session {sub_session_id!r} of {parent.session_id!r}")
             record = _Child(agent=agent_name, transcript=transcript)
         child = self._child(parent, config, sub_session_id, agent_name, lane=lane, resumed=True)
-        result = await self._run_child(
+        result, cost_usd = await self._run_child(
             parent, child, instruction, record, system=None, inherited=[]
         )
-        return self._answer(sub_session_id, result, child.coordinator.turn.budget.cost_usd)
+        return self._answer(sub_session_id, result, cost_usd)
 
     async def new_child_id(self, *, agent_name: str) -> str:
         """An id for a new child, ``{parent}-{span}_{agent}`` (capability
@@ -632,7 +634,7 @@ class Delegation:
         *,
         system: str | None,
         inherited: list[dict[str, Any]],
-    ) -> TurnResult:
+    ) -> tuple[TurnResult, float]:
         await parent.coordinator.hooks.emit(
             SESSION_FORK,
             {
@@ -662,7 +664,7 @@ class Delegation:
                 )
             self._answers.pop(child.session_id, None)
             try:
-                result: TurnResult = await child.run(instruction)
+                result, cost_usd = await self._turns(child, context, instruction)
             except anyio.get_cancelled_exc_class():
                 # cut by the host or an immediate cancel: what a resume needs is kept (the
                 # history, with a context that does not persist it) and what it spent
@@ -672,12 +674,38 @@ class Delegation:
             if record.transcript is None:  # nothing persists it: keep it for a resume
                 record.messages = copy.deepcopy(await context.get_messages())
         self._children[child.session_id] = record
-        self._answers[child.session_id] = self._answer(
-            child.session_id, result, child.coordinator.turn.budget.cost_usd
-        )
+        self._answers[child.session_id] = self._answer(child.session_id, result, cost_usd)
         if result.error is not None:
             raise result.error
-        return result
+        return result, cost_usd
+
+    @staticmethod
+    async def _turns(child: Any, context: Any, instruction: str) -> tuple[TurnResult, float]:
+        """Run ``instruction`` in the child; the result and what it cost (dollars).
+
+        A resumed child whose last turn ended on held calls (a deferred approval, since
+        decided or not; an idempotent call a crash interrupted) continues that turn
+        first (``session.resume()``, the decisions recorded in its transcript applied):
+        a new turn would leave the held calls behind, never run. When that turn still
+        waits, or did not end with an answer, it is the result; else ``instruction``
+        runs as the next turn, and the result counts both.
+        """
+        work_of = getattr(context, "resume_work", None) if child.is_resumed else None
+        work = await work_of() if work_of is not None else None
+        if work is None or not (work.run or work.denied or work.waiting):
+            result: TurnResult = await child.run(instruction)
+            return result, child.coordinator.turn.budget.cost_usd
+        held: TurnResult = await child.resume()
+        held_cost: float = child.coordinator.turn.budget.cost_usd
+        if held.status not in _ANSWERED:
+            return held, held_cost
+        result = await child.run(instruction)
+        both = attrs.evolve(
+            result,
+            turn_count=held.turn_count + result.turn_count,
+            usage=held.usage + result.usage,
+        )
+        return both, held_cost + child.coordinator.turn.budget.cost_usd
 
     async def _keep(self, child: Any, record: _Child, context: Any) -> None:
         """A cut child's record (its history, when nothing persists it) and its answer as

@@ -2,8 +2,10 @@
 
 Input ``{agent, instruction}`` starts a child session of that agent; ``{session_id,
 instruction}`` continues one (the id a previous call returned). The result is
-``{response, session_id}`` (plus ``status`` when the child's turn did not succeed). The
-tool's description lists the plan's agents, so the model knows whom it may ask.
+``{response, session_id}`` (plus ``status`` when the child's turn did not succeed). A
+call a cancel cuts short is answered "cancelled" with the child's ``session_id`` too
+(``ToolCallContext.note_resume``), so the model can resume the child. The tool's
+description lists the plan's agents, so the model knows whom it may ask.
 
 The child runs inside this tool call's task, under the calling turn: parallel task calls
 run their children concurrently; any cancel of the parent reaches them at once; a child
@@ -205,6 +207,9 @@ class TaskTool:
                 await hooks.emit(TASK_AGENT_RESUMED, {**started, "session_id": child_id})
             else:
                 await hooks.emit(TASK_AGENT_SPAWNED, started)
+            if call is not None:
+                # a cut answer names the child too, so that the model can resume it
+                await call.note_resume(session_id=child_id)
             if resume_id:
                 answer = await run(sub_session_id=resume_id, instruction=instruction)
             else:
