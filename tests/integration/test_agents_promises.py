@@ -21,7 +21,7 @@ from _agents_kit import (
 
 from amplifier_anyio import AmplifierSession, ChatRequest, ChatResponse, TurnStatus
 from amplifier_anyio.events import TASK_AGENT_COMPLETED, TASK_AGENT_RESUMED, TASK_AGENT_SPAWNED
-from amplifier_anyio.kernel._ids import agent_of_child_id
+from amplifier_anyio.kernel._ids import agent_of_child_id, parent_of_child_id
 from amplifier_anyio.providers.scripted import ScriptedProvider
 from amplifier_anyio.testing import EventRecorder
 
@@ -79,6 +79,13 @@ def test_the_agent_of_a_child_id_is_its_whole_name() -> None:
     grandchild = "r-0123456789abcdef_researcher-fedcba9876543210_fact_checker"
     assert agent_of_child_id(grandchild) == "fact_checker"
     assert agent_of_child_id("no-span-here") is None
+
+
+def test_the_parent_of_a_child_id_is_the_id_before_its_last_span() -> None:
+    assert parent_of_child_id("3f2a-0123456789abcdef_code_reviewer") == "3f2a"
+    grandchild = "r-0123456789abcdef_researcher-fedcba9876543210_fact_checker"
+    assert parent_of_child_id(grandchild) == "r-0123456789abcdef_researcher"
+    assert parent_of_child_id("no-span-here") is None
 
 
 async def test_a_resumed_child_is_reported_under_its_whole_agent_name() -> None:

@@ -46,7 +46,7 @@ from ..contexts import _jsonl, _store
 from ..contexts.durable import approve, pending_approvals
 from ..contexts.persistent import CONTEXT_MESSAGES_FILENAME, amplifier_home, default_path
 from ..errors import ContextFileError, SessionError
-from ..kernel._ids import agent_of_child_id
+from ..kernel._ids import agent_of_child_id, parent_of_child_id
 from ..kernel._turns import PendingApproval
 from ..session._agents import read_metadata
 from ._common import fail, one_line, out, say
@@ -128,7 +128,7 @@ def _info(path: Path) -> SessionInfo | None:
     agent = metadata.get("agent_name")
     if not isinstance(parent, str) or not parent:  # no metadata: the id's own shape
         agent = agent_of_child_id(session_id)
-        parent = session_id[: -len(f"-{'0' * 16}_{agent}")] if agent else None
+        parent = parent_of_child_id(session_id)
     return SessionInfo(
         session_id=session_id,
         path=path,

@@ -43,7 +43,6 @@ import hashlib
 import inspect
 import json
 import logging
-import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
@@ -57,6 +56,7 @@ from ..errors import ConfigError, DelegationError
 from ..events import SESSION_FORK
 from ..kernel._budget import Budget
 from ..kernel._handle import current_turn
+from ..kernel._ids import agent_of_child_id, parent_of_child_id
 from ..kernel._mount_plan import MountPlan
 from ..kernel._overlay import merge_plan
 from ..kernel._tracing import current_tool_call
@@ -116,7 +116,6 @@ _OWN_TABLES = ("session", "orchestrator", "context")  # a child's copies (small,
 _PERSISTENT = "context-persistent"
 _MESSAGES_FILE = "context-messages.jsonl"  # context-persistent's name inside a session dir
 _KEEP_TIMEOUT = 5.0  # seconds a cut child's record may take to keep (shielded)
-_SPAN = re.compile(r"^[0-9a-f]{16}_(.+)$")
 ChildSetup = Callable[[Any], Awaitable[None] | None]
 """A host's callback for each child session, once it is opened and before its turn
 (``session.child_setup``): mount in-process modules, register hooks on its events."""
@@ -484,7 +483,7 @@ class Delegation:
         record = _Child(agent=agent_name, transcript=transcript)
         lane = self.lane_for(parent, agent_name)
         child = self._child(parent, config, child_id, agent_name, lane=lane, resumed=False)
-        result, cost_usd = await self._run_child(
+        await self._run_child(
             parent,
             child,
             instruction,
@@ -492,7 +491,7 @@ class Delegation:
             system=agent_instruction(agent),
             inherited=_sanitized(parent_messages),
         )
-        return self._answer(child_id, result, cost_usd)
+        return dict(self._answers[child_id])  # _run_child stored it
 
     async def resume(self, *, sub_session_id: str, instruction: str) -> dict[str, Any]:
         """Continue child ``sub_session_id`` with ``instruction`` (capability
@@ -517,10 +516,8 @@ class Delegation:
                 raise DelegationError(f"no sub-session {sub_session_id!r} of {parent.session_id!r}")
             record = _Child(agent=agent_name, transcript=transcript)
         child = self._child(parent, config, sub_session_id, agent_name, lane=lane, resumed=True)
-        result, cost_usd = await self._run_child(
-            parent, child, instruction, record, system=None, inherited=[]
-        )
-        return self._answer(sub_session_id, result, cost_usd)
+        await self._run_child(parent, child, instruction, record, system=None, inherited=[])
+        return dict(self._answers[sub_session_id])  # _run_child stored it
 
     async def new_child_id(self, *, agent_name: str) -> str:
         """An id for a new child, ``{parent}-{span}_{agent}`` (capability
@@ -572,7 +569,7 @@ class Delegation:
         return stem if call is not None and count == 1 else f"{stem}#{count}"
 
     def _check_depth(self, parent: Any, agent_name: str) -> None:
-        limit = getattr(getattr(parent, "limits", None), "max_agent_depth", DEFAULT_MAX_AGENT_DEPTH)
+        limit = _depth_limit(parent)
         depth = int(getattr(parent, "depth", 0)) + 1
         if depth > limit:
             msg = (
@@ -583,17 +580,12 @@ class Delegation:
 
     def _agent_of(self, sub_session_id: str) -> str:
         """The agent named in a child id ``{parent}-{span}_{agent}`` of this session."""
-        prefix = f"{self.session.session_id}-"
-        match = (
-            _SPAN.match(sub_session_id[len(prefix) :])
-            if sub_session_id.startswith(prefix)
-            else None
-        )
-        if match is None:
+        agent = agent_of_child_id(sub_session_id)
+        if agent is None or parent_of_child_id(sub_session_id) != self.session.session_id:
             raise DelegationError(
                 f"no sub-session {sub_session_id!r} of {self.session.session_id!r}"
             )
-        return match.group(1)
+        return agent
 
     def _child(
         self,
@@ -712,7 +704,7 @@ class Delegation:
         it stood (`child_answer`)."""
         self._children[child.session_id] = record
         handle = child.coordinator.turn
-        partial = getattr(handle, "partial", None)
+        partial = handle.partial
         if partial is not None:
             self._answers[child.session_id] = self._answer(
                 child.session_id, partial(), handle.budget.cost_usd
@@ -745,12 +737,20 @@ def _child_config(parent: Any, agent: Mapping[str, Any]) -> dict[str, Any]:
     ``max_agent_depth`` never above the parent's (an overlay may lower the limit for its
     subtree, never raise the root's)."""
     config = merge_overlay(parent.config, agent)
-    limit = getattr(getattr(parent, "limits", None), "max_agent_depth", DEFAULT_MAX_AGENT_DEPTH)
+    limit = _depth_limit(parent)
     session = config.setdefault("session", {})
     own = session.get("max_agent_depth", limit)
     if isinstance(own, int) and not isinstance(own, bool) and own > limit:
         session["max_agent_depth"] = limit
     return config
+
+
+def _depth_limit(parent: Any) -> int:
+    """The parent's ``session.max_agent_depth``."""
+    limit: int = getattr(
+        getattr(parent, "limits", None), "max_agent_depth", DEFAULT_MAX_AGENT_DEPTH
+    )
+    return limit
 
 
 def agent_configs_of(session: Any) -> dict[str, dict[str, Any]]:
