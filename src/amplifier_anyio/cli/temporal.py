@@ -35,7 +35,7 @@ def worker_command(
     namespace: Annotated[str | None, typer.Option("--namespace")] = None,
 ) -> None:
     """Mount the plan's modules once and run its sessions' workflow and activities."""
-    import asyncio  # noqa: TID251 - Temporal's worker is asyncio (the marked exception)
+    import anyio
 
     with cli_command():
         try:
@@ -49,7 +49,7 @@ def worker_command(
             say(f"worker ready: {worker.address} queue {worker.task_queue!r} (Ctrl-C stops it)")
 
         try:
-            asyncio.run(worker.serve(ready))
+            anyio.run(worker.serve, ready, backend="asyncio")  # Temporal's worker is asyncio
         except KeyboardInterrupt:
             raise typer.Exit(0) from None
         except Exception as exc:  # noqa: BLE001 - one line and an exit code
