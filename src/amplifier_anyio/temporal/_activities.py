@@ -24,11 +24,15 @@ from temporalio import activity
 from ..contexts._journal import ArgumentsChangedError, call_digest
 from ..events import PROMPT_SUBMIT
 from ..kernel._handle import TurnHandle
+from ..kernel._mount_plan import MountPlan
 from ..kernel._tracing import ToolCallContext
-from ..models import ToolCall, unstructure
+from ..models import ToolCall, ToolResult, structure, unstructure
 from ..runtime._requests import assistant_message, select_provider, tool_calls_of
 from ..runtime._tool_batch import ToolBatch
 from ..runtime._turn import Turn
+from ..session._agents import SessionLimits, _sanitized, agent_instruction, agents_of
+from ..tools.task import TaskTool, parse_request, recent_turns
+from ._plans import child_plan, settings_of
 
 __all__ = ("SessionActivities", "Mounted")
 
@@ -43,6 +47,7 @@ class Mounted:
     turn_config: Any
     batch_config: Any
     orchestrator: str = "loop-basic"
+    plan: MountPlan | None = None
 
 
 class _Scratch:
@@ -117,6 +122,22 @@ class _OneCall(ToolBatch):
         return attrs.evolve(super()._call_context(index, call, key), index=self.reply_index)
 
 
+class _Answered:
+    """The ``task`` tool of a delegated call's last activity: it answers what the call's
+    child workflow answered, through the batch's hooks and serialisation."""
+
+    description = "A delegated call's answer."
+    input_schema: dict[str, Any] = {"type": "object"}  # noqa: RUF012 - read only
+
+    def __init__(self, name: str, answer: dict[str, Any]) -> None:
+        self.name = name
+        self.answer = structure(answer, ToolResult)
+
+    async def execute(self, input: dict[str, Any]) -> ToolResult:
+        await anyio.lowlevel.checkpoint()
+        return self.answer
+
+
 class SessionActivities:
     """The activity functions of a worker, over its mounted plans (by plan key)."""
 
@@ -179,13 +200,15 @@ class SessionActivities:
                 {
                     **unstructure(call),
                     "idempotent": getattr(tools.get(call.name), "idempotent", False) is True,
+                    "delegate": isinstance(tools.get(call.name), TaskTool),
                 }
                 for call in calls
             ],
             "text": response.text,
             "has_content": bool(response.content),
             "finish_reason": response.finish_reason,
-            "usage": unstructure(response.usage) if response.usage is not None else None,
+            # priced as the in-process turn counts it (the plan's ``pricing``)
+            "usage": unstructure(turn.usage) if response.usage is not None else None,
             "denied": None,
         }
 
@@ -210,9 +233,12 @@ class SessionActivities:
         denied = {}
         if decision.get("decision") == "deny":
             denied[call.id] = str(decision.get("prompt", ""))
+        tools = coordinator.get("tools") or {}
+        if request.get("answer") is not None:  # a delegated call: its child's answer
+            tools = {**tools, call.name: _Answered(call.name, request["answer"])}
         batch = _OneCall(
             calls=[call],
-            tools=coordinator.get("tools") or {},
+            tools=tools,
             hooks=coordinator.hooks,
             coordinator=coordinator,
             handle=TurnHandle(hooks=coordinator.hooks),
@@ -236,6 +262,51 @@ class SessionActivities:
         result["injections"] = list(batch.pending_injections)
         result["after"] = scratch.messages[2:]
         return result
+
+    @activity.defn(name="amplifier-task-start")
+    async def task_start(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Check a ``task`` call and say what to run for it: ``{"answer": result}`` (its
+        input is wrong: the call's error result, no child), ``{"resume": session_id}``,
+        ``{"failed": message, "agent": name}`` (a delegation the spawner refuses: deeper
+        than ``session.max_agent_depth``), or ``{"child": ...}``: the new child's
+        ``agent``, ``settings`` (its plan's, one level deeper) and first ``messages``
+        (the agent's instruction, and the parent's conversation it inherits)."""
+        await anyio.lowlevel.checkpoint()
+        mounted = self._plan(request["plan"])
+        assert mounted.plan is not None
+        agents = agents_of(mounted.plan.raw)
+        checked = parse_request(request["call"]["arguments"] or {}, agents)
+        if isinstance(checked, ToolResult):
+            return {"answer": unstructure(checked)}
+        if checked.session_id:
+            return {"resume": checked.session_id, "instruction": checked.instruction}
+        depth = int(request["depth"]) + 1
+        limit = SessionLimits.from_settings(mounted.plan.session_settings).max_agent_depth
+        if depth > limit:
+            message = (
+                f"agent {checked.agent!r}: delegation depth limit reached "
+                f"(session.max_agent_depth = {limit}; this would be depth {depth})"
+            )
+            return {"failed": message, "agent": checked.agent}
+        agent = agents[checked.agent]
+        settings = settings_of(child_plan(mounted.plan, checked.agent))
+        settings["depth"] = depth
+        messages: list[dict[str, Any]] = []
+        system = agent_instruction(agent)
+        if system is not None:
+            messages.append({"role": "system", "content": system})
+        if checked.inherit != "none":
+            parent = list(request.get("messages") or [])
+            inherited = parent if checked.inherit == "all" else recent_turns(parent, checked.turns)
+            messages.extend(_sanitized(inherited))
+        return {
+            "child": {
+                "agent": checked.agent,
+                "settings": settings,
+                "messages": messages,
+                "instruction": checked.instruction,
+            }
+        }
 
     async def _beating(self, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` while heartbeating every ``heartbeat_every`` seconds; Temporal's

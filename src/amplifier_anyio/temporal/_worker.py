@@ -12,13 +12,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import hashlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -28,42 +25,20 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ..errors import ConfigError, DurableSessionError
-from ..kernel._mount_plan import DurableSpec, MountPlan
+from ..kernel._mount_plan import MountPlan
 from ..runtime._tool_batch import ToolBatchConfig
 from ..runtime._turn import TurnConfig
 from . import _outlet
 from ._activities import Mounted, SessionActivities
+from ._plans import PlanLike, durable_of, load_plan, plan_key, plan_tree
 from ._portal import AsyncioPortal, wait_future
 from ._workflow import SessionWorkflow
 
 __all__ = ("SessionWorker", "PlanLike", "load_plan", "plan_key", "durable_of", "connect")
 
-PlanLike = MountPlan | Mapping[str, Any] | str | Path
-"""A plan as the durable API takes it: parsed, a dict, or a YAML/TOML file path."""
-
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 
 logger = logging.getLogger(__name__)
-
-
-def load_plan(plan: PlanLike) -> MountPlan:
-    """``plan`` parsed (a file is read here: call it before the loop is busy)."""
-    if isinstance(plan, MountPlan):
-        return plan
-    if isinstance(plan, Mapping):
-        return MountPlan.from_dict(dict(plan))
-    return MountPlan.from_file(plan)
-
-
-def plan_key(plan: MountPlan) -> str:
-    """A plan's name among a worker's plans: the digest of its canonical JSON."""
-    text = json.dumps(plan.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def durable_of(plan: MountPlan) -> DurableSpec:
-    """The plan's ``session.durable`` settings (defaults when it has none)."""
-    return plan.durable or DurableSpec()
 
 
 async def connect(address: str, namespace: str, timeout: float) -> Client:
@@ -108,7 +83,10 @@ class SessionWorker:
         if not parsed:
             msg = "SessionWorker: no plan given"
             raise ConfigError(msg)
-        self.plans = {plan_key(p): p for p in parsed}
+        self.plans: dict[str, MountPlan] = {}
+        """Every plan this worker runs, by key: the plans given and their agents' plans."""
+        for plan in parsed:
+            self.plans.update(plan_tree(plan))
         spec = durable_of(parsed[0])
         self.address = address or spec.address
         self.namespace = namespace or spec.namespace
@@ -175,7 +153,11 @@ class SessionWorker:
                 client,
                 task_queue=self.task_queue,
                 workflows=[SessionWorkflow],
-                activities=[activities.provider_call, activities.tool_call],
+                activities=[
+                    activities.provider_call,
+                    activities.tool_call,
+                    activities.task_start,
+                ],
                 workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
                 sticky_queue_schedule_to_start_timeout=timedelta(seconds=self.sticky_timeout),
                 max_heartbeat_throttle_interval=timedelta(seconds=self.heartbeat_every),
@@ -244,6 +226,7 @@ async def _mount(stack: AsyncExitStack, plan: MountPlan) -> Mounted:
         turn_config=turn_of() if turn_of is not None else TurnConfig(),
         batch_config=batch_of() if batch_of is not None else ToolBatchConfig(),
         orchestrator=str(getattr(orchestrator, "name", "loop-basic")),
+        plan=plan,
     )
 
 
