@@ -76,17 +76,13 @@ def _options(spec: dict[str, Any], attempts: int) -> dict[str, Any]:
     }
 
 
-def _limits(own: dict[str, Any] | None, carried: dict[str, Any] | None) -> Budget:
-    """A turn's budget: its plan's limits, none above what its parent had left."""
-
-    def least(key: str) -> Any:
-        found = [v[key] for v in (own or {}, carried or {}) if v.get(key) is not None]
-        return min(found) if found else None
-
+def _budget(limits: dict[str, Any] | None) -> Budget:
+    """Budget limits from plain data (None: no limit)."""
+    limits = limits or {}
     return Budget(
-        max_tokens=least("max_tokens"),
-        max_cost_usd=least("max_cost_usd"),
-        max_tool_calls=least("max_tool_calls"),
+        max_tokens=limits.get("max_tokens"),
+        max_cost_usd=limits.get("max_cost_usd"),
+        max_tool_calls=limits.get("max_tool_calls"),
     )
 
 
@@ -309,8 +305,15 @@ class SessionWorkflow:
             trace_id=workflow.uuid4().hex,
             progress=None if repeats is None else ProgressWatch(int(repeats)),
         )
+        # a child's meter has its parent's remainder above it, as in-process it has its
+        # parent's meter: what runs out first stops the turn; the parent's remainder
+        # running out is the parent's budget running out (see _run_child)
+        above = None
+        if carried is not None:
+            above = BudgetMeter(limits=_budget(carried), on_exhausted=self._budget_spent)
         turn.meter = BudgetMeter(
-            limits=_limits(self._settings.get("budget"), carried),
+            limits=_budget(self._settings.get("budget")),
+            parent=above,
             on_exhausted=self._budget_spent,
         )
         self._event(EXECUTION_START, {"prompt": prompt})
@@ -434,6 +437,7 @@ class SessionWorkflow:
         ]
         cancelled = False
         if not turn.meter.charge_tool_calls(len(calls)):  # over the budget: none starts
+            turn.refused += len(calls)
             round_, cancelled = [], True
             unfinished.update({str(call["id"]): "cancelled" for call in calls})
         try:
@@ -662,10 +666,14 @@ class SessionWorkflow:
             "children": outcome["children"],
         }
         turn.usage = _add_usage(turn.usage, result["usage"])
-        turn.meter.tool_calls += int(spent["tool_calls"])
+        # what the child spent is charged here, as in-process it is charged up the tree
+        for meter in turn.meter.chain():
+            meter.tool_calls += int(spent["tool_calls"])
         turn.meter.charge_usage(
             structure(result["usage"] or {}, Usage), float(spent["cost_usd"] or 0)
         )
+        if spent["refused"]:  # calls the child's remainder refused: this budget's limit
+            turn.meter.charge_tool_calls(int(spent["refused"]))
         return self._answer_of(turn, ended, child_id, result, spent)
 
     def _answer_of(
@@ -772,6 +780,8 @@ class _TurnState:
         """What the turn and its children spent, against its budget."""
         self.cut = False
         """Whether an immediate cancel is stopping the running calls."""
+        self.refused = 0
+        """Tool calls the budget kept from starting."""
 
     def result(self) -> dict[str, Any]:
         return {
@@ -779,6 +789,7 @@ class _TurnState:
                 "tokens": self.meter.tokens,
                 "cost_usd": self.meter.cost_usd,
                 "tool_calls": self.meter.tool_calls,
+                "refused": self.refused,
             },
             "text": self.text,
             "status": str(self.status),

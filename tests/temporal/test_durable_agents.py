@@ -1,0 +1,219 @@
+"""Sub-agents of durable sessions (DESIGN §14, §17): a ``task`` call runs its child session
+as a child workflow ``{parent id}-{call id}``; the same answers, transcripts and events as
+in-process; a parent's cancel reaches the child; the budget is carried down; the depth limit
+holds; a resumed child continues its history."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from _temporal_kit import FAST, agent_plan, queue, reply
+from test_durable_sessions import calls_answered_in_order, content, in_process, marks_of
+
+from amplifier_anyio import TurnStatus
+from amplifier_anyio.temporal import SessionWorker, TemporalSessions
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+def delegate(call_id: str, instruction: str, **extra: Any) -> dict[str, Any]:
+    arguments = {"agent": "helper", "instruction": instruction, **extra}
+    return reply(calls=[(call_id, "task", arguments)])
+
+
+def normalised(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages with the child ids of task answers blanked (they name their session)."""
+    found = []
+    for message in messages:
+        kept = message
+        if message.get("role") == "tool" and "session_id" in message.get("content", ""):
+            data = json.loads(message["content"])
+            data["session_id"] = "<child>"
+            kept = {**message, "content": json.dumps(data)}
+        found.append(kept)
+    return found
+
+
+def events_of(path: Path) -> list[str]:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return sorted(json.dumps(json.loads(line), sort_keys=True) for line in lines)
+
+
+async def test_one_agent_same_answer_transcript_and_events_as_in_process(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    scripts = {
+        "go": [delegate("t1", "sub job"), reply("parent done")],
+        "sub job": [reply(calls=[("h1", "marker", {"delay": 0})]), reply("child answer")],
+    }
+    local = agent_plan(scripts, tmp_path / "in-marks", events=tmp_path / "in.events")
+    expected, transcript = await in_process(local, ["go"])
+    plan = agent_plan(scripts, tmp_path / "marks", FAST, events=tmp_path / "durable.events")
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        result = await session.run("go")
+        messages = await session.messages()
+        child = await sessions.attach(f"{session.id}-t1")
+        child_messages = await child.messages()
+    want = expected[0]
+    assert (result.text, result.status, result.turn_count) == (
+        want.text,
+        want.status,
+        want.turn_count,
+    )
+    assert (result.text, result.status) == (want.text, TurnStatus.SUCCESS)
+    assert result.usage == want.usage  # the child's usage counted in the parent's
+    assert result.usage.total_tokens == 4 * 15
+    assert normalised(messages) == normalised(transcript)
+    answer = content(messages[2])
+    assert answer == {"response": "child answer", "session_id": f"{session.id}-t1"}
+    assert [m["role"] for m in child_messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert content(child_messages[3]) == {"done": "h1"}
+    assert (tmp_path / "marks" / "h1").read_text().count("\n") == 1
+    assert events_of(tmp_path / "durable.events") == events_of(tmp_path / "in.events")
+
+
+@pytest.mark.parametrize("how", ["immediate", "graceful"])
+async def test_a_parents_cancel_reaches_its_running_child(
+    temporal_server: str, tmp_path: Path, how: str
+) -> None:
+    """Immediate: the child's running call is cancelled, the child ends ``cancelled``, the
+    parent answers the task call *cancelled*. Graceful: the child's running batch
+    finishes, it makes no new provider call; the task call is answered with the child's
+    cancelled turn; neither makes another provider call."""
+    delay = 60.0 if how == "immediate" else 1.0
+    scripts = {
+        "go": [delegate("t1", "sub job"), reply("never")],
+        "sub job": [reply(calls=[("h1", "marker", {"delay": delay})]), reply("never")],
+    }
+    marks = tmp_path / "marks"
+    plan = agent_plan(scripts, marks, FAST)
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        outcome: list[Any] = []
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+
+                async def turn() -> None:
+                    outcome.append(await session.run("go"))
+
+                group.start_soon(turn)
+                await marks_of(marks, "h1")
+                await session.cancel(immediate=how == "immediate")
+        messages = await session.messages()
+        child = await sessions.attach(f"{session.id}-t1")
+        child_result = await child.last_result()
+        child_messages = await child.messages()
+    (result,) = outcome
+    assert result.status is TurnStatus.CANCELLED
+    assert result.turn_count == 1
+    assert child_result is not None
+    assert child_result.status is TurnStatus.CANCELLED
+    assert child_result.turn_count == 1
+    calls_answered_in_order(messages)
+    calls_answered_in_order(child_messages)
+    answer = content(messages[-1])
+    if how == "immediate":
+        assert answer["cancelled"] is True
+        assert content(child_messages[-1])["cancelled"] is True
+    else:
+        assert answer["status"] == "cancelled"
+        assert answer["session_id"] == f"{session.id}-t1"
+        assert content(child_messages[-1]) == {"done": "h1"}
+    assert (marks / "h1").read_text().count("\n") == 1
+
+
+async def test_budget_is_carried_down_and_a_spent_remainder_stops_the_tree(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """The parent may run 3 tool calls; the task call is one, so its child has 2 left: the
+    child's batch of 3 does not start, and, as in-process, that is the parent's budget
+    running out: the parent ends ``incomplete`` / ``budget``, the child ``cancelled``."""
+    child_calls = [(f"h{i}", "marker", {"delay": 0}) for i in range(3)]
+    scripts = {
+        "go": [delegate("t1", "sub job"), reply("never")],
+        "sub job": [reply(calls=child_calls), reply("never")],
+    }
+    budget = {"max_tool_calls": 3}
+    local = agent_plan(scripts, tmp_path / "in-marks", budget=budget)
+    expected, transcript = await in_process(local, ["go"])
+    marks = tmp_path / "marks"
+    plan = agent_plan(scripts, marks, FAST, budget=budget)
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        result = await session.run("go")
+        messages = await session.messages()
+        child = await sessions.attach(f"{session.id}-t1")
+        child_result = await child.last_result()
+        child_messages = await child.messages()
+    want = expected[0]
+    assert (want.status, want.finish_reason) == (TurnStatus.INCOMPLETE, "budget")
+    assert (result.status, result.finish_reason) == (want.status, want.finish_reason)
+    assert result.problems == want.problems
+    assert normalised(messages) == normalised(transcript)
+    assert child_result is not None
+    assert child_result.status is TurnStatus.CANCELLED
+    calls_answered_in_order(child_messages)
+    assert not any((marks / c).exists() for c, _, _ in child_calls)
+    assert not any((tmp_path / "in-marks" / c).exists() for c, _, _ in child_calls)
+
+
+async def test_depth_limit_and_resume(temporal_server: str, tmp_path: Path) -> None:
+    """``max_agent_depth: 1``: the helper's own task call is its error result, never a
+    hang; a second task call with the first child's ``session_id`` continues its
+    history in a new run of the same child workflow."""
+    scripts = {
+        "go": [
+            delegate("t1", "sub job"),
+            reply(calls=[("t2", "task", {"session_id": "<child>", "instruction": "more"})]),
+            reply("parent done"),
+        ],
+        "sub job": [delegate("d1", "deeper"), reply("child answer"), reply("resumed answer")],
+    }
+    plan = agent_plan(scripts, tmp_path / "marks", FAST)
+    plan["session"]["max_agent_depth"] = 1
+    task_queue = queue()
+    session_id = f"parent-{task_queue}"
+    child_id = f"{session_id}-t1"
+    scripts["go"][1]["tool_calls"][0]["arguments"]["session_id"] = child_id
+    plan["providers"][0]["config"]["scripts"] = scripts
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan, session_id=session_id)
+        with anyio.fail_after(60):
+            result = await session.run("go")
+        messages = await session.messages()
+        child_messages = await (await sessions.attach(child_id)).messages()
+    assert (result.status, result.text) == (TurnStatus.SUCCESS, "parent done")
+    calls_answered_in_order(messages)
+    answers = [content(m) for m in messages if m.get("role") == "tool"]
+    assert answers[0] == {"response": "child answer", "session_id": child_id}
+    assert answers[1] == {"response": "resumed answer", "session_id": child_id}
+    deeper = child_messages[3]
+    assert deeper["tool_call_id"] == "d1"
+    assert "delegation depth limit reached" in deeper["content"]
+    assert [m["role"] for m in child_messages].count("user") == 2  # one history, two turns
