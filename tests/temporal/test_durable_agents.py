@@ -1,17 +1,20 @@
 """Sub-agents of durable sessions (DESIGN §14, §17): a ``task`` call runs its child session
 as a child workflow ``{parent id}-{call id}``; the same answers, transcripts and events as
 in-process; a parent's cancel reaches the child; the budget is carried down; the depth limit
-holds; a resumed child continues its history."""
+holds; a resumed child continues its history; a worker killed during a child's turn."""
 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from _temporal_kit import FAST, agent_plan, queue, reply
+from test_durable_kill import WorkerProcess
+from test_durable_kill import _interrupted as interrupted
 from test_durable_sessions import calls_answered_in_order, content, in_process, marks_of
 
 from amplifier_anyio import TurnStatus
@@ -217,3 +220,70 @@ async def test_depth_limit_and_resume(temporal_server: str, tmp_path: Path) -> N
     assert deeper["tool_call_id"] == "d1"
     assert "delegation depth limit reached" in deeper["content"]
     assert [m["role"] for m in child_messages].count("user") == 2  # one history, two turns
+
+
+async def test_kill_9_during_a_childs_turn_it_finishes_on_a_second_worker(
+    temporal_server: str, tmp_path: Path, anyio_backend: str
+) -> None:
+    """The worker dies while the child's calls run: the child workflow (and its parent)
+    move to a second worker; no call that may run once ran twice, a lost one is answered
+    *interrupted*, the idempotent one is retried; both turns end with their answers."""
+    rng = random.Random(f"child-kill-{anyio_backend}")
+    child_calls = [
+        ("h-a", "marker", {"delay": 1.5}),
+        ("h-b", "marker", {"delay": round(rng.uniform(0.2, 1.5), 2)}),
+        ("h-c", "again", {"delay": 1.5}),
+    ]
+    scripts = {
+        "go": [delegate("t1", "sub job"), reply("parent done")],
+        "sub job": [reply(calls=child_calls), reply("child done")],
+    }
+    marks = tmp_path / "marks"
+    plan = agent_plan(scripts, marks, FAST)
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(json.dumps(plan))
+    task_queue = queue()
+    session_id = f"parent-{task_queue}"
+    first = WorkerProcess(plan_path, temporal_server, task_queue, tmp_path / "first.log")
+    second: WorkerProcess | None = None
+    outcome: list[Any] = []
+    try:
+        await first.ready()
+        async with TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions:
+            session = await sessions.open(plan, session_id=session_id)
+            with anyio.fail_after(90):
+                async with anyio.create_task_group() as group:
+
+                    async def turn() -> None:
+                        outcome.append(await session.run("go"))
+
+                    group.start_soon(turn)
+                    await marks_of(marks, "h-a")  # the child's turn is running its calls
+                    await anyio.sleep(rng.uniform(0.0, 0.5))
+                    first.kill()
+                    second = WorkerProcess(
+                        plan_path, temporal_server, task_queue, tmp_path / "second.log"
+                    )
+                    await second.ready()
+            messages = await session.messages()
+            child_messages = await (await sessions.attach(f"{session_id}-t1")).messages()
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+    (result,) = outcome
+    assert (result.status, result.text) == (TurnStatus.SUCCESS, "parent done")
+    calls_answered_in_order(messages)
+    assert content(messages[2]) == {"response": "child done", "session_id": f"{session_id}-t1"}
+    calls_answered_in_order(child_messages)
+    answers = {m["tool_call_id"]: content(m) for m in child_messages if m.get("role") == "tool"}
+    assert set(answers) == {"h-a", "h-b", "h-c"}
+    for call_id, answer in answers.items():
+        runs = (marks / call_id).read_text().splitlines() if (marks / call_id).exists() else []
+        assert all(key == f"{session_id}-t1/{call_id}" for key in runs)
+        if call_id == "h-c":  # idempotent: retried, never answered interrupted
+            assert answer == {"done": call_id}
+            assert 1 <= len(runs) <= 2
+        else:
+            assert len(runs) <= 1, (call_id, runs)  # never ran twice
+            assert answer in ({"done": call_id}, interrupted(call_id)), answer
