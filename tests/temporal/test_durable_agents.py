@@ -287,3 +287,37 @@ async def test_kill_9_during_a_childs_turn_it_finishes_on_a_second_worker(
         else:
             assert len(runs) <= 1, (call_id, runs)  # never ran twice
             assert answer in ({"done": call_id}, interrupted(call_id)), answer
+
+
+async def test_a_child_never_outlasts_its_parents_deadline(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """The parent's ``turn_timeout`` (a durable timer) is the child's deadline too: when
+    it comes, the child's running call is cancelled and both turns end ``cancelled``."""
+    scripts = {
+        "go": [delegate("t1", "sub job"), reply("never")],
+        "sub job": [reply(calls=[("h1", "marker", {"delay": 60})]), reply("never")],
+    }
+    marks = tmp_path / "marks"
+    plan = agent_plan(scripts, marks, FAST)
+    plan["orchestrator"] = {"config": {"turn_timeout": 2}}
+    plan["agents"]["helper"]["orchestrator"] = {"config": {"turn_timeout": 600}}
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        with anyio.fail_after(30):
+            result = await session.run("go")
+        messages = await session.messages()
+        child = await sessions.attach(f"{session.id}-t1")
+        child_result = await child.last_result()
+        child_messages = await child.messages()
+    assert result.status is TurnStatus.CANCELLED
+    assert child_result is not None
+    assert child_result.status is TurnStatus.CANCELLED
+    calls_answered_in_order(messages)
+    calls_answered_in_order(child_messages)
+    assert content(child_messages[-1])["cancelled"] is True
+    assert (marks / "h1").read_text().count("\n") == 1

@@ -78,10 +78,12 @@ def settings_of(plan: PlanLike) -> dict[str, Any]:
     field = f"{parsed.orchestrator.module}.no_progress"
     limits = SessionLimits.from_settings(parsed.session_settings)
     budget = limits.budget
+    timeout = config.get("turn_timeout")
     return {
         "plan": plan_key(parsed),
         "max_iterations": int(limit),
         "no_progress": no_progress_repeats(config.get("no_progress"), field),
+        "turn_timeout": None if timeout is None else float(timeout),
         "orchestrator": parsed.orchestrator.module,
         "provider": spec.provider.to_dict(),
         "tools": spec.tools.to_dict(),

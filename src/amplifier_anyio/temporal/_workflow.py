@@ -240,7 +240,8 @@ class SessionWorkflow:
         workflow (its parent's) is an immediate cancel of the turn."""
         self._busy, self._graceful = True, False
         try:
-            self._turn_task = asyncio.create_task(self._turn(task["prompt"], task.get("budget")))
+            turn = self._turn(task["prompt"], task.get("budget"), task.get("deadline"))
+            self._turn_task = asyncio.create_task(turn)
             result = await self._turn_task
         finally:
             self._turn_task = None
@@ -299,7 +300,12 @@ class SessionWorkflow:
             end["error"] = dict(turn.error)
         self._event(EXECUTION_END, end)
 
-    async def _turn(self, prompt: str, carried: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def _turn(
+        self,
+        prompt: str,
+        carried: dict[str, Any] | None = None,
+        deadline: float | None = None,
+    ) -> dict[str, Any]:
         repeats = self._settings.get("no_progress", DEFAULT_REPEATS)
         turn = _TurnState(
             trace_id=workflow.uuid4().hex,
@@ -316,6 +322,13 @@ class SessionWorkflow:
             parent=above,
             on_exhausted=self._budget_spent,
         )
+        now = workflow.now().timestamp()
+        timeout = self._settings.get("turn_timeout")
+        ends = [d for d in (deadline, None if timeout is None else now + timeout) if d is not None]
+        turn.deadline = min(ends) if ends else None
+        timer = None
+        if turn.deadline is not None:  # a durable timer: it holds across workers
+            timer = asyncio.create_task(self._expire(turn.deadline - now))
         self._event(EXECUTION_START, {"prompt": prompt})
         self._messages.append({"role": "user", "content": prompt})
         turn.submit = prompt
@@ -328,6 +341,8 @@ class SessionWorkflow:
             turn.status = TurnStatus.ERROR
             cause = exc.cause if exc.cause is not None else exc
             turn.error = {"type": type(cause).__name__, "msg": str(cause)}
+        if timer is not None:
+            timer.cancel()
         if turn.status is TurnStatus.CANCELLED and turn.meter.exhausted is not None:
             # this turn's own budget ran out: not a cancel someone asked for
             turn.status, turn.finish_reason = TurnStatus.INCOMPLETE, BUDGET_FINISH_REASON
@@ -338,6 +353,12 @@ class SessionWorkflow:
             )
         self._closing_events(turn)
         return turn.result()
+
+    async def _expire(self, delay: float) -> None:
+        """The turn's deadline: cancel it (immediately) when it comes."""
+        await workflow.sleep(max(delay, 0.001))
+        if self._turn_task is not None:
+            self._turn_task.cancel()
 
     def _budget_spent(self) -> None:
         """A limit of the turn's budget was reached: cancel the turn at once (from its own
@@ -543,8 +564,14 @@ class SessionWorkflow:
             cancelled = turn.cut = True
             for handle in handles:
                 handle.cancel()
-            # WAIT_CANCELLATION_COMPLETED: each settles as what really happened to it
-            await asyncio.wait(handles)
+            # WAIT_CANCELLATION_COMPLETED: each settles as what really happened to it; a
+            # second cancel (a deadline and the parent's cancel at once) changes nothing
+            while True:
+                try:
+                    await asyncio.wait(handles)
+                    break
+                except asyncio.CancelledError:
+                    continue  # re-raised below, once every call is answered
         for (_, call, _), handle in zip(calls, handles, strict=True):
             call_id = str(call["id"])
             error = None if handle.cancelled() else handle.exception()
@@ -637,6 +664,7 @@ class SessionWorkflow:
             return self._failed(ended, str(failed))
         start = _child_start(plan, known)
         start["task"]["budget"] = unstructure(turn.meter.remaining())
+        start["task"]["deadline"] = turn.deadline  # a child never outlasts its parent
         try:
             handle = await workflow.start_child_workflow(
                 WORKFLOW_NAME,
@@ -782,6 +810,8 @@ class _TurnState:
         """Whether an immediate cancel is stopping the running calls."""
         self.refused = 0
         """Tool calls the budget kept from starting."""
+        self.deadline: float | None = None
+        """When the turn is cancelled (a POSIX time of the workflow's clock), or None."""
 
     def result(self) -> dict[str, Any]:
         return {
