@@ -14,6 +14,7 @@ and a cancel reaches the call. A tool call's idempotency key is ``{session id}/{
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -25,7 +26,7 @@ from ..contexts._journal import ArgumentsChangedError, call_digest
 from ..events import PROMPT_SUBMIT
 from ..kernel._handle import TurnHandle
 from ..kernel._mount_plan import MountPlan
-from ..kernel._tracing import ToolCallContext
+from ..kernel._tracing import ToolCallContext, trace_scope
 from ..models import ToolCall, ToolResult, structure, unstructure
 from ..runtime._requests import assistant_message, select_provider, tool_calls_of
 from ..runtime._tool_batch import ToolBatch
@@ -33,6 +34,7 @@ from ..runtime._turn import Turn
 from ..session._agents import SessionLimits, _sanitized, agent_instruction, agents_of
 from ..tools.task import TaskTool, parse_request, recent_turns
 from ._plans import child_plan, settings_of
+from ._spans import activity_span
 
 __all__ = ("SessionActivities", "Mounted")
 
@@ -141,9 +143,44 @@ class _Answered:
 class SessionActivities:
     """The activity functions of a worker, over its mounted plans (by plan key)."""
 
-    def __init__(self, mounted: Mapping[str, Mounted], *, heartbeat_every: float = 1.0) -> None:
+    def __init__(
+        self,
+        mounted: Mapping[str, Mounted],
+        *,
+        heartbeat_every: float = 1.0,
+        tracer_provider: Any = None,
+    ) -> None:
         self.mounted = mounted
         self.heartbeat_every = heartbeat_every
+        self.tracer_provider = tracer_provider
+        """The OpenTelemetry tracer provider of the activities' spans (None: global)."""
+
+    def _span(
+        self, request: Mapping[str, Any], **attributes: Any
+    ) -> contextlib.ExitStack[bool | None]:
+        """The activity's span in its turn's trace (`_spans`)."""
+        info = activity.info()
+        call = request.get("call") or {}
+        name = info.activity_type
+        if call.get("name"):
+            name = f"{name} {call['name']}"
+        found = {
+            "session_id": request.get("session_id"),
+            "trace_id": request.get("trace_id"),
+            "tool_call_id": call.get("id"),
+            "tool_name": call.get("name"),
+            "activity": info.activity_type,
+            "activity_id": info.activity_id,
+            "attempt": info.attempt,
+            "workflow_id": info.workflow_id,
+            **attributes,
+        }
+        stack = contextlib.ExitStack()
+        trace_id = request.get("trace_id")
+        if trace_id:  # the activity's events carry the turn's trace id, as in-process
+            stack.enter_context(trace_scope(str(trace_id)))
+        stack.enter_context(activity_span(name, trace_id, found, self.tracer_provider))
+        return stack
 
     def _plan(self, key: str) -> Mounted:
         found = self.mounted.get(key)
@@ -157,7 +194,8 @@ class SessionActivities:
     @activity.defn(name="amplifier-provider-call")
     async def provider_call(self, request: dict[str, Any]) -> dict[str, Any]:
         """One provider call on the session's messages; the reply as plain data."""
-        return await self._beating(lambda: self._provider_call(request))
+        with self._span(request, iteration=request.get("iteration")):
+            return await self._beating(lambda: self._provider_call(request))
 
     async def _provider_call(self, request: dict[str, Any]) -> dict[str, Any]:
         mounted = self._plan(request["plan"])
@@ -221,7 +259,8 @@ class SessionActivities:
         again: allowed, it runs only if its own arguments still have the decided digest
         (else it is denied with the reason, not run); denied, it is answered without
         running."""
-        return await self._beating(lambda: self._tool_call(request))
+        with self._span(request):
+            return await self._beating(lambda: self._tool_call(request))
 
     async def _tool_call(self, request: dict[str, Any]) -> dict[str, Any]:
         mounted = self._plan(request["plan"])
@@ -271,6 +310,10 @@ class SessionActivities:
         than ``session.max_agent_depth``), or ``{"child": ...}``: the new child's
         ``agent``, ``settings`` (its plan's, one level deeper) and first ``messages``
         (the agent's instruction, and the parent's conversation it inherits)."""
+        with self._span(request):
+            return await self._task_start(request)
+
+    async def _task_start(self, request: dict[str, Any]) -> dict[str, Any]:
         await anyio.lowlevel.checkpoint()
         mounted = self._plan(request["plan"])
         assert mounted.plan is not None

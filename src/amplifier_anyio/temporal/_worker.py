@@ -32,6 +32,7 @@ from . import _outlet
 from ._activities import Mounted, SessionActivities
 from ._plans import PlanLike, durable_of, load_plan, plan_key, plan_tree
 from ._portal import AsyncioPortal, wait_future
+from ._spans import turn_context
 from ._workflow import SessionWorkflow
 
 __all__ = ("SessionWorker", "PlanLike", "load_plan", "plan_key", "durable_of", "connect")
@@ -61,6 +62,8 @@ class SessionWorker:
     ``plans`` is a plan, or a mapping of names to plans, or a list. Address, namespace,
     task queue and sticky timeout default to the first plan's ``session.durable``.
     ``heartbeat_every`` is how often a running activity heartbeats (seconds).
+    ``tracer_provider`` is the OpenTelemetry tracer provider of the span each activity
+    makes in its turn's trace (None: the global one; no span without opentelemetry).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class SessionWorker:
         sticky_timeout: float | None = None,
         heartbeat_every: float = 0.5,
         connect_timeout: float = 10.0,
+        tracer_provider: Any = None,
     ) -> None:
         if isinstance(plans, list):
             parsed = [load_plan(p) for p in plans]
@@ -94,6 +98,7 @@ class SessionWorker:
         self.sticky_timeout = spec.sticky_timeout if sticky_timeout is None else sticky_timeout
         self.heartbeat_every = heartbeat_every
         self.connect_timeout = connect_timeout
+        self.tracer_provider = tracer_provider
         self._portal: AsyncioPortal | None = None
         self._future: concurrent.futures.Future[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -145,7 +150,9 @@ class SessionWorker:
             mounted = {}
             for key, plan in self.plans.items():
                 mounted[key] = await _mount(stack, plan)
-            activities = SessionActivities(mounted, heartbeat_every=self.heartbeat_every)
+            activities = SessionActivities(
+                mounted, heartbeat_every=self.heartbeat_every, tracer_provider=self.tracer_provider
+            )
             restrictions = SandboxRestrictions.default.with_passthrough_modules(
                 "amplifier_anyio", "attrs", "cattrs", "anyio", "httpx", "yaml"
             )
@@ -193,7 +200,8 @@ async def _outlets(task_queue: str, mounted: Mapping[str, Mounted]) -> AsyncIter
         while (item := await queue.get()) is not None:
             plan, event, data = item
             try:
-                await plan.coordinator.hooks.emit(event, data)
+                with turn_context(data.get("trace_id")):  # hooks-otel: in the turn's trace
+                    await plan.coordinator.hooks.emit(event, data)
             except Exception:  # an observer's failure is logged, the session goes on
                 logger.exception("delivering %s failed", event)
 

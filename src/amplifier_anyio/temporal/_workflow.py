@@ -118,6 +118,8 @@ class SessionWorkflow:
         its own ``children``."""
         self._running: dict[str, workflow.ChildWorkflowHandle[Any, Any]] = {}
         self._signals: set[asyncio.Task[None]] = set()
+        self._trace: str | None = None
+        """The running turn's trace id (its events carry it)."""
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> dict[str, Any]:
@@ -267,6 +269,8 @@ class SessionWorkflow:
         re-runs this code for events that were delivered when it first ran)."""
         if workflow.unsafe.is_replaying():
             return
+        if self._trace is not None and "trace_id" not in data:
+            data = {**data, "trace_id": self._trace}  # as the in-process hooks add it
         key = _outlet.outlet_key(workflow.info().task_queue, str(self._settings["plan"]))
         _outlet.post(key, event, data)
 
@@ -311,6 +315,7 @@ class SessionWorkflow:
             trace_id=workflow.uuid4().hex,
             progress=None if repeats is None else ProgressWatch(int(repeats)),
         )
+        self._trace = turn.trace_id
         # a child's meter has its parent's remainder above it, as in-process it has its
         # parent's meter: what runs out first stops the turn; the parent's remainder
         # running out is the parent's budget running out (see _run_child)
