@@ -1,6 +1,7 @@
 """An OpenTelemetry span per activity of a durable session, in its turn's trace: the
 provider calls', the tool calls' (and a ``task`` call's), each with the session id and its
-call; hooks-otel's spans of the same turn join the trace (SDK in-memory exporter)."""
+call; hooks-otel's spans of the same turn join the trace; a child session's spans are in
+its root turn's trace (SDK in-memory exporter)."""
 
 from __future__ import annotations
 
@@ -111,10 +112,13 @@ async def test_a_task_call_and_its_childs_calls_have_their_spans(
     by_call = {attribute(s, "gen_ai.tool.call.id"): s for s in of(spans, "amplifier-tool-call")}
     assert set(by_call) == {"t1", "h1"}
     (start,) = of(spans, "amplifier-task-start")
-    parent_trace, child_trace = int(result.trace_id, 16), int(child.trace_id, 16)
-    assert by_call["t1"].context is not None
-    assert by_call["h1"].context is not None
-    assert start.context is not None
-    assert by_call["t1"].context.trace_id == start.context.trace_id == parent_trace
-    assert by_call["h1"].context.trace_id == child_trace  # the child's turn: its own trace
+    trace = int(result.trace_id, 16)
+    for span in (by_call["t1"], by_call["h1"], start):
+        assert span.context is not None
+        assert span.context.trace_id == trace  # the child's turn: in its root turn's trace
+    assert by_call["t1"].parent is not None
+    assert by_call["h1"].parent is not None
+    assert by_call["t1"].parent.span_id == turn_span_id(result.trace_id)
+    assert by_call["h1"].parent.span_id == turn_span_id(child.trace_id)  # under its turn
+    assert child.trace_id != result.trace_id
     assert attribute(by_call["h1"], "gen_ai.conversation.id") == f"{session.id}-t1"

@@ -179,7 +179,8 @@ class SessionActivities:
         trace_id = request.get("trace_id")
         if trace_id:  # the activity's events carry the turn's trace id, as in-process
             stack.enter_context(trace_scope(str(trace_id)))
-        stack.enter_context(activity_span(name, trace_id, found, self.tracer_provider))
+        root = request.get("trace_root")
+        stack.enter_context(activity_span(name, trace_id, found, self.tracer_provider, root))
         return stack
 
     def _plan(self, key: str) -> Mounted:

@@ -3,7 +3,10 @@
 A turn's ``trace_id`` (the workflow's, 32 hex digits: ``TurnResult.trace_id``) is the
 OpenTelemetry trace id of its activities' spans; their parent is the turn's span id, derived
 from the trace id, so every worker that runs one of the turn's calls puts its span in the
-same trace under the same parent, with nothing carried but the trace id. Each span carries
+same trace under the same parent, with nothing carried but the trace id. A child session's
+turn (a ``task`` call's child workflow) is in its root turn's trace: its spans have the
+root's trace id and its own turn's span id as their parent. The turn's span itself is not
+exported (no process owns it: its id is all there is). Each span carries
 the session id, the call (its id and tool, or the provider call's iteration) and the
 activity's attempt. Spans the call's own code opens (hooks-otel's ``chat`` and
 ``execute_tool``) are children of the activity's span.
@@ -57,13 +60,14 @@ def turn_span_id(trace_id: str) -> int:
     return int.from_bytes(digest[:8], "big") or 1
 
 
-def _turn_parent(trace_id: str | None) -> Any:
+def _turn_parent(trace_id: str | None, root: str | None = None) -> Any:
     """The OpenTelemetry context whose current span is the turn's (remote: only its ids),
-    or None (no opentelemetry, or not one of our trace ids)."""
+    in the trace of ``root`` (a child session's turn: its root turn's trace id; None: the
+    turn's own), or None (no opentelemetry, or not one of our trace ids)."""
     if trace is None or not trace_id:
         return None
     try:
-        trace_int = int(trace_id, 16)
+        trace_int = int(root or trace_id, 16)
     except ValueError:
         return None
     parent = SpanContext(
@@ -76,10 +80,10 @@ def _turn_parent(trace_id: str | None) -> Any:
 
 
 @contextlib.contextmanager
-def turn_context(trace_id: str | None) -> Iterator[None]:
+def turn_context(trace_id: str | None, root: str | None = None) -> Iterator[None]:
     """Make the turn's span the current span for the block (the worker delivers a turn's
     session-level events in it: hooks-otel's ``invoke_agent`` span joins the turn's trace)."""
-    context = _turn_parent(trace_id)
+    context = _turn_parent(trace_id, root)
     if context is None:
         yield
         return
@@ -94,12 +98,17 @@ def turn_context(trace_id: str | None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def activity_span(
-    name: str, trace_id: str | None, attributes: Mapping[str, Any], tracer_provider: Any = None
+    name: str,
+    trace_id: str | None,
+    attributes: Mapping[str, Any],
+    tracer_provider: Any = None,
+    root: str | None = None,
 ) -> Iterator[None]:
     """A span around one activity, a child of its turn's span (the current span while the
-    activity runs). Cancellation is not an error: the span says ``amplifier.outcome =
-    cancelled``; an exception sets status ERROR and ``error.type``."""
-    context = _turn_parent(trace_id)
+    activity runs), in the trace of ``root`` (`turn_context`). Cancellation is not an
+    error: the span says ``amplifier.outcome = cancelled``; an exception sets status ERROR
+    and ``error.type``."""
+    context = _turn_parent(trace_id, root)
     if context is None:
         yield  # no opentelemetry, or not a trace id of a turn: no span
         return

@@ -186,11 +186,11 @@ async def _outlets(task_queue: str, mounted: Mapping[str, Mounted]) -> AsyncIter
     """Deliver the session-level events the workflows post (``_outlet``) to each plan's
     hooks, in the order posted; at the end, what is still queued (bounded)."""
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[Mounted, str, dict[str, Any]] | None] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[Mounted, str, dict[str, Any], str | None] | None] = asyncio.Queue()
 
     def sink_of(plan: Mounted) -> _outlet.Post:
-        def sink(event: str, data: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, (plan, event, data))
+        def sink(event: str, data: dict[str, Any], root: str | None) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (plan, event, data, root))
 
         return sink
 
@@ -198,9 +198,9 @@ async def _outlets(task_queue: str, mounted: Mapping[str, Mounted]) -> AsyncIter
 
     async def deliver() -> None:
         while (item := await queue.get()) is not None:
-            plan, event, data = item
+            plan, event, data, root = item
             try:
-                with turn_context(data.get("trace_id")):  # hooks-otel: in the turn's trace
+                with turn_context(data.get("trace_id"), root):  # hooks-otel: the turn's trace
                     await plan.coordinator.hooks.emit(event, data)
             except Exception:  # an observer's failure is logged, the session goes on
                 logger.exception("delivering %s failed", event)

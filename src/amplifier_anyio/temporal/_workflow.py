@@ -120,6 +120,8 @@ class SessionWorkflow:
         self._signals: set[asyncio.Task[None]] = set()
         self._trace: str | None = None
         """The running turn's trace id (its events carry it)."""
+        self._trace_root: str | None = None
+        """The trace id of the running turn's OpenTelemetry trace: its root turn's."""
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> dict[str, Any]:
@@ -242,7 +244,9 @@ class SessionWorkflow:
         workflow (its parent's) is an immediate cancel of the turn."""
         self._busy, self._graceful = True, False
         try:
-            turn = self._turn(task["prompt"], task.get("budget"), task.get("deadline"))
+            turn = self._turn(
+                task["prompt"], task.get("budget"), task.get("deadline"), task.get("trace_root")
+            )
             self._turn_task = asyncio.create_task(turn)
             result = await self._turn_task
         finally:
@@ -272,7 +276,7 @@ class SessionWorkflow:
         if self._trace is not None and "trace_id" not in data:
             data = {**data, "trace_id": self._trace}  # as the in-process hooks add it
         key = _outlet.outlet_key(workflow.info().task_queue, str(self._settings["plan"]))
-        _outlet.post(key, event, data)
+        _outlet.post(key, event, data, self._trace_root)
 
     def _closing_events(self, turn: _TurnState) -> None:
         """The turn's terminal events, as the in-process turn emits them."""
@@ -309,6 +313,7 @@ class SessionWorkflow:
         prompt: str,
         carried: dict[str, Any] | None = None,
         deadline: float | None = None,
+        trace_root: str | None = None,
     ) -> dict[str, Any]:
         repeats = self._settings.get("no_progress", DEFAULT_REPEATS)
         turn = _TurnState(
@@ -316,6 +321,7 @@ class SessionWorkflow:
             progress=None if repeats is None else ProgressWatch(int(repeats)),
         )
         self._trace = turn.trace_id
+        self._trace_root = turn.trace_root = trace_root or turn.trace_id
         # a child's meter has its parent's remainder above it, as in-process it has its
         # parent's meter: what runs out first stops the turn; the parent's remainder
         # running out is the parent's budget running out (see _run_child)
@@ -424,6 +430,7 @@ class SessionWorkflow:
                 "plan": self._settings["plan"],
                 "session_id": workflow.info().workflow_id,
                 "trace_id": turn.trace_id,
+                "trace_root": turn.trace_root,
                 "iteration": turn.iterations,
                 "messages": self._messages,
                 "with_tools": with_tools,
@@ -545,6 +552,7 @@ class SessionWorkflow:
                 "plan": self._settings["plan"],
                 "session_id": session_id,
                 "trace_id": turn.trace_id,
+                "trace_root": turn.trace_root,
                 "call": {k: call[k] for k in ("id", "name", "arguments")},
                 "index": index,
                 "group": group,
@@ -605,6 +613,7 @@ class SessionWorkflow:
             "plan": self._settings["plan"],
             "session_id": session_id,
             "trace_id": turn.trace_id,
+            "trace_root": turn.trace_root,
             "call": {k: call[k] for k in ("id", "name", "arguments")},
             "index": index,
             "group": group,
@@ -670,6 +679,7 @@ class SessionWorkflow:
         start = _child_start(plan, known)
         start["task"]["budget"] = unstructure(turn.meter.remaining())
         start["task"]["deadline"] = turn.deadline  # a child never outlasts its parent
+        start["task"]["trace_root"] = turn.trace_root  # its spans: in the parent's trace
         try:
             handle = await workflow.start_child_workflow(
                 WORKFLOW_NAME,
@@ -815,6 +825,8 @@ class _TurnState:
         """Whether an immediate cancel is stopping the running calls."""
         self.refused = 0
         """Tool calls the budget kept from starting."""
+        self.trace_root = trace_id
+        """The trace id of the turn's OpenTelemetry trace (a child's: its root turn's)."""
         self.deadline: float | None = None
         """When the turn is cancelled (a POSIX time of the workflow's clock), or None."""
 
