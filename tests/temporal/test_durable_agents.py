@@ -18,6 +18,7 @@ from test_durable_kill import _interrupted as interrupted
 from test_durable_sessions import calls_answered_in_order, content, in_process, marks_of
 
 from amplifier_anyio import TurnStatus
+from amplifier_anyio.errors import DurableSessionError
 from amplifier_anyio.temporal import SessionWorker, TemporalSessions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -321,3 +322,79 @@ async def test_a_child_never_outlasts_its_parents_deadline(
     calls_answered_in_order(child_messages)
     assert content(child_messages[-1])["cancelled"] is True
     assert (marks / "h1").read_text().count("\n") == 1
+
+
+async def test_a_childs_held_call_is_approved_on_the_child_session(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """A call the child holds for an approval waits in the child workflow: the host
+    attaches to the child's id, sees it in ``pending_approvals()`` and decides it there;
+    the call runs once and the parent's turn goes on."""
+    scripts = {
+        "go": [delegate("t1", "sub job"), reply("parent done")],
+        "sub job": [reply(calls=[("h1", "guarded", {"delay": 0})]), reply("child answer")],
+    }
+    marks = tmp_path / "marks"
+    plan = agent_plan(scripts, marks, FAST)
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        outcome: list[Any] = []
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+
+                async def turn() -> None:
+                    outcome.append(await session.run("go"))
+
+                group.start_soon(turn)
+                child = None
+                while child is None:
+                    try:
+                        child = await sessions.attach(f"{session.id}-t1")
+                    except DurableSessionError:
+                        await anyio.sleep(0.05)  # not started yet
+                held = await child.pending_approvals()
+                while not held:
+                    await anyio.sleep(0.05)
+                    held = await child.pending_approvals()
+                assert [h["call_id"] for h in held] == ["h1"]
+                assert await session.pending_approvals() == []  # the parent holds nothing
+                await child.approve({"h1": "allow"})
+        messages = await session.messages()
+    (result,) = outcome
+    assert (result.status, result.text) == (TurnStatus.SUCCESS, "parent done")
+    assert content(messages[2]) == {"response": "child answer", "session_id": f"{session.id}-t1"}
+    assert (marks / "h1").read_text().count("\n") == 1
+
+
+async def test_a_child_is_resumed_after_its_parent_continued_as_new(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """The parent's children (what a resume needs) are carried across continue-as-new."""
+    task_queue = queue()
+    session_id = f"parent-{task_queue}"
+    child_id = f"{session_id}-t1"
+    resume = reply(calls=[("t2", "task", {"session_id": child_id, "instruction": "more"})])
+    scripts = {
+        "go": [delegate("t1", "sub job"), reply("first"), resume, reply("second")],
+        "sub job": [reply("child answer"), reply("resumed answer")],
+    }
+    plan = agent_plan(scripts, tmp_path / "marks", {**FAST, "continue_as_new_after_turns": 1})
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan, session_id=session_id)
+        with anyio.fail_after(60):
+            first = await session.run("go")
+            second = await session.run("again")
+        messages = await session.messages()
+    assert (first.text, second.text) == ("first", "second")
+    answers = [content(m) for m in messages if m.get("role") == "tool"]
+    assert answers == [
+        {"response": "child answer", "session_id": child_id},
+        {"response": "resumed answer", "session_id": child_id},
+    ]
