@@ -274,7 +274,8 @@ class SessionActivities:
         if decision.get("decision") == "deny":
             denied[call.id] = str(decision.get("prompt", ""))
         tools = coordinator.get("tools") or {}
-        if request.get("answer") is not None:  # a delegated call: its child's answer
+        answered = request.get("answer") is not None
+        if answered:  # a delegated call: its child's answer
             tools = {**tools, call.name: _Answered(call.name, request["answer"])}
         batch = _OneCall(
             calls=[call],
@@ -284,7 +285,8 @@ class SessionActivities:
             handle=TurnHandle(hooks=coordinator.hooks),
             config=mounted.batch_config,
             parallel_group_id=str(request["group"]),
-            approved=frozenset({call.id}) if allowed else frozenset(),
+            # a delegated call's child already ran: its answer is not held for an approval
+            approved=frozenset({call.id}) if allowed or answered else frozenset(),
             denied=denied,
         )
         batch.reply_index = int(request["index"])
