@@ -26,6 +26,7 @@ from ..session._agents import (
     _filtered,
     _modules_of,
     agents_of,
+    child_transcript_path,
 )
 from ..tools.task import _policy
 
@@ -117,6 +118,9 @@ def child_plan(plan: MountPlan, agent_name: str) -> MountPlan:
     task = _task_config(plan)
     _filtered(config, "tools", _policy(task, "tools"), _modules_of(agent, "tools"))
     _filtered(config, "hooks", _policy(task, "hooks"), _modules_of(agent, "hooks"))
+    # a worker mounts the child's plan beside the parent's: a context-persistent file of
+    # its own (the durable turn's history is the workflow's, never this file's)
+    child_transcript_path(config, f"agent-{agent_name}")
     return MountPlan.from_dict(config)
 
 
