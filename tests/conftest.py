@@ -136,8 +136,11 @@ collect_ignore = [
     path
     for path, package in (
         ("integration/test_mcp_tasks.py", "mcp_types"),
+        ("temporal/test_durable_agents.py", "temporalio"),
         ("temporal/test_durable_kill.py", "temporalio"),
+        ("temporal/test_durable_plans.py", "temporalio"),
         ("temporal/test_durable_sessions.py", "temporalio"),
+        ("temporal/test_durable_spans.py", "temporalio"),
         ("temporal/test_temporal_approvals.py", "temporalio"),
     )
     if importlib.util.find_spec(package) is None

@@ -78,3 +78,33 @@ FAST = {
     "sticky_timeout": 1,
 }
 """Durable settings that notice a dead worker within seconds."""
+
+
+def agent_plan(
+    scripts: dict[str, list[dict[str, Any]]],
+    marks: Path,
+    durable: dict[str, Any] | None = None,
+    *,
+    events: Path | None = None,
+    budget: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`marker_plan` with tool-task and one agent, ``helper``; the positional provider
+    answers by ``scripts`` (a child's script is the one of its instruction). ``events``
+    records the task events and each session's ``execution:start`` / ``execution:end``
+    there (a child inherits the hook, so it records its own)."""
+    plan = marker_plan([], marks, durable)
+    plan["providers"][0]["config"] = {"scripts": scripts}
+    plan["tools"].append({"module": "tool-task"})
+    plan["agents"] = {"helper": {"description": "Helps.", "instruction": "You help."}}
+    if budget is not None:
+        plan["session"]["budget"] = budget
+    if events is not None:
+        recorded = [
+            "task:agent_spawned",
+            "task:agent_completed",
+            "execution:start",
+            "execution:end",
+        ]
+        config = {"path": str(events), "events": recorded}
+        plan["hooks"] = [{"module": "hooks-record", "source": str(MODULES), "config": config}]
+    return plan

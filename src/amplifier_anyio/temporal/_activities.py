@@ -14,6 +14,7 @@ and a cancel reaches the call. A tool call's idempotency key is ``{session id}/{
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -24,11 +25,16 @@ from temporalio import activity
 from ..contexts._journal import ArgumentsChangedError, call_digest
 from ..events import PROMPT_SUBMIT
 from ..kernel._handle import TurnHandle
-from ..kernel._tracing import ToolCallContext
-from ..models import ToolCall, unstructure
+from ..kernel._mount_plan import MountPlan
+from ..kernel._tracing import ToolCallContext, trace_scope
+from ..models import ToolCall, ToolResult, structure, unstructure
 from ..runtime._requests import assistant_message, select_provider, tool_calls_of
 from ..runtime._tool_batch import ToolBatch
 from ..runtime._turn import Turn
+from ..session._agents import SessionLimits, _sanitized, agent_instruction, agents_of
+from ..tools.task import TaskTool, parse_request, recent_turns
+from ._plans import child_plan, settings_of
+from ._spans import activity_span
 
 __all__ = ("SessionActivities", "Mounted")
 
@@ -43,6 +49,7 @@ class Mounted:
     turn_config: Any
     batch_config: Any
     orchestrator: str = "loop-basic"
+    plan: MountPlan | None = None
 
 
 class _Scratch:
@@ -117,12 +124,64 @@ class _OneCall(ToolBatch):
         return attrs.evolve(super()._call_context(index, call, key), index=self.reply_index)
 
 
+class _Answered:
+    """The ``task`` tool of a delegated call's last activity: it answers what the call's
+    child workflow answered, through the batch's hooks and serialisation."""
+
+    description = "A delegated call's answer."
+    input_schema: dict[str, Any] = {"type": "object"}  # noqa: RUF012 - read only
+
+    def __init__(self, name: str, answer: dict[str, Any]) -> None:
+        self.name = name
+        self.answer = structure(answer, ToolResult)
+
+    async def execute(self, input: dict[str, Any]) -> ToolResult:
+        await anyio.lowlevel.checkpoint()
+        return self.answer
+
+
 class SessionActivities:
     """The activity functions of a worker, over its mounted plans (by plan key)."""
 
-    def __init__(self, mounted: Mapping[str, Mounted], *, heartbeat_every: float = 1.0) -> None:
+    def __init__(
+        self,
+        mounted: Mapping[str, Mounted],
+        *,
+        heartbeat_every: float = 1.0,
+        tracer_provider: Any = None,
+    ) -> None:
         self.mounted = mounted
         self.heartbeat_every = heartbeat_every
+        self.tracer_provider = tracer_provider
+        """The OpenTelemetry tracer provider of the activities' spans (None: global)."""
+
+    def _span(
+        self, request: Mapping[str, Any], **attributes: Any
+    ) -> contextlib.ExitStack[bool | None]:
+        """The activity's span in its turn's trace (`_spans`)."""
+        info = activity.info()
+        call = request.get("call") or {}
+        name = info.activity_type
+        if call.get("name"):
+            name = f"{name} {call['name']}"
+        found = {
+            "session_id": request.get("session_id"),
+            "trace_id": request.get("trace_id"),
+            "tool_call_id": call.get("id"),
+            "tool_name": call.get("name"),
+            "activity": info.activity_type,
+            "activity_id": info.activity_id,
+            "attempt": info.attempt,
+            "workflow_id": info.workflow_id,
+            **attributes,
+        }
+        stack = contextlib.ExitStack()
+        trace_id = request.get("trace_id")
+        if trace_id:  # the activity's events carry the turn's trace id, as in-process
+            stack.enter_context(trace_scope(str(trace_id)))
+        root = request.get("trace_root")
+        stack.enter_context(activity_span(name, trace_id, found, self.tracer_provider, root))
+        return stack
 
     def _plan(self, key: str) -> Mounted:
         found = self.mounted.get(key)
@@ -136,7 +195,8 @@ class SessionActivities:
     @activity.defn(name="amplifier-provider-call")
     async def provider_call(self, request: dict[str, Any]) -> dict[str, Any]:
         """One provider call on the session's messages; the reply as plain data."""
-        return await self._beating(lambda: self._provider_call(request))
+        with self._span(request, iteration=request.get("iteration")):
+            return await self._beating(lambda: self._provider_call(request))
 
     async def _provider_call(self, request: dict[str, Any]) -> dict[str, Any]:
         mounted = self._plan(request["plan"])
@@ -179,13 +239,15 @@ class SessionActivities:
                 {
                     **unstructure(call),
                     "idempotent": getattr(tools.get(call.name), "idempotent", False) is True,
+                    "delegate": isinstance(tools.get(call.name), TaskTool),
                 }
                 for call in calls
             ],
             "text": response.text,
             "has_content": bool(response.content),
             "finish_reason": response.finish_reason,
-            "usage": unstructure(response.usage) if response.usage is not None else None,
+            # priced as the in-process turn counts it (the plan's ``pricing``)
+            "usage": unstructure(turn.usage) if response.usage is not None else None,
             "denied": None,
         }
 
@@ -198,7 +260,8 @@ class SessionActivities:
         again: allowed, it runs only if its own arguments still have the decided digest
         (else it is denied with the reason, not run); denied, it is answered without
         running."""
-        return await self._beating(lambda: self._tool_call(request))
+        with self._span(request):
+            return await self._beating(lambda: self._tool_call(request))
 
     async def _tool_call(self, request: dict[str, Any]) -> dict[str, Any]:
         mounted = self._plan(request["plan"])
@@ -210,15 +273,20 @@ class SessionActivities:
         denied = {}
         if decision.get("decision") == "deny":
             denied[call.id] = str(decision.get("prompt", ""))
+        tools = coordinator.get("tools") or {}
+        answered = request.get("answer") is not None
+        if answered:  # a delegated call: its child's answer
+            tools = {**tools, call.name: _Answered(call.name, request["answer"])}
         batch = _OneCall(
             calls=[call],
-            tools=coordinator.get("tools") or {},
+            tools=tools,
             hooks=coordinator.hooks,
             coordinator=coordinator,
             handle=TurnHandle(hooks=coordinator.hooks),
             config=mounted.batch_config,
             parallel_group_id=str(request["group"]),
-            approved=frozenset({call.id}) if allowed else frozenset(),
+            # a delegated call's child already ran: its answer is not held for an approval
+            approved=frozenset({call.id}) if allowed or answered else frozenset(),
             denied=denied,
         )
         batch.reply_index = int(request["index"])
@@ -236,6 +304,55 @@ class SessionActivities:
         result["injections"] = list(batch.pending_injections)
         result["after"] = scratch.messages[2:]
         return result
+
+    @activity.defn(name="amplifier-task-start")
+    async def task_start(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Check a ``task`` call and say what to run for it: ``{"answer": result}`` (its
+        input is wrong: the call's error result, no child), ``{"resume": session_id}``,
+        ``{"failed": message, "agent": name}`` (a delegation the spawner refuses: deeper
+        than ``session.max_agent_depth``), or ``{"child": ...}``: the new child's
+        ``agent``, ``settings`` (its plan's, one level deeper) and first ``messages``
+        (the agent's instruction, and the parent's conversation it inherits)."""
+        with self._span(request):
+            return await self._task_start(request)
+
+    async def _task_start(self, request: dict[str, Any]) -> dict[str, Any]:
+        await anyio.lowlevel.checkpoint()
+        mounted = self._plan(request["plan"])
+        assert mounted.plan is not None
+        agents = agents_of(mounted.plan.raw)
+        checked = parse_request(request["call"]["arguments"] or {}, agents)
+        if isinstance(checked, ToolResult):
+            return {"answer": unstructure(checked)}
+        if checked.session_id:
+            return {"resume": checked.session_id, "instruction": checked.instruction}
+        depth = int(request["depth"]) + 1
+        limit = SessionLimits.from_settings(mounted.plan.session_settings).max_agent_depth
+        if depth > limit:
+            message = (
+                f"agent {checked.agent!r}: delegation depth limit reached "
+                f"(session.max_agent_depth = {limit}; this would be depth {depth})"
+            )
+            return {"failed": message, "agent": checked.agent}
+        agent = agents[checked.agent]
+        settings = settings_of(child_plan(mounted.plan, checked.agent))
+        settings["depth"] = depth
+        messages: list[dict[str, Any]] = []
+        system = agent_instruction(agent)
+        if system is not None:
+            messages.append({"role": "system", "content": system})
+        if checked.inherit != "none":
+            parent = list(request.get("messages") or [])
+            inherited = parent if checked.inherit == "all" else recent_turns(parent, checked.turns)
+            messages.extend(_sanitized(inherited))
+        return {
+            "child": {
+                "agent": checked.agent,
+                "settings": settings,
+                "messages": messages,
+                "instruction": checked.instruction,
+            }
+        }
 
     async def _beating(self, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` while heartbeating every ``heartbeat_every`` seconds; Temporal's

@@ -28,35 +28,15 @@ from temporalio.service import RPCError
 from ..errors import DurableSessionError
 from ..kernel._turns import TurnResult, TurnStatus
 from ..models import Usage, structure
-from ..runtime._progress import no_progress_repeats
+from ._plans import PlanLike, settings_of
 from ._portal import AsyncioPortal, asyncio_checkpoint
-from ._worker import DEFAULT_ADDRESS, PlanLike, connect, durable_of, load_plan, plan_key
+from ._worker import DEFAULT_ADDRESS, connect
 from ._workflow import WORKFLOW_NAME
 
 __all__ = ("TemporalSessions", "DurableSession", "turn_result", "settings_of")
 
 CANCEL_WAIT = 30.0
 """How long a cancelled ``run()`` waits for its turn to close before it propagates."""
-
-
-def settings_of(plan: Any) -> dict[str, Any]:
-    """What the workflow needs of a plan: the loop's iteration limit, the activities'
-    options, when to continue as new, and the plan's key among a worker's plans."""
-    parsed = load_plan(plan)
-    spec = durable_of(parsed)
-    config = parsed.orchestrator.config or {}
-    limit = config.get("max_iterations", -1)
-    field = f"{parsed.orchestrator.module}.no_progress"
-    return {
-        "plan": plan_key(parsed),
-        "max_iterations": int(limit),
-        "no_progress": no_progress_repeats(config.get("no_progress"), field),
-        "orchestrator": parsed.orchestrator.module,
-        "provider": spec.provider.to_dict(),
-        "tools": spec.tools.to_dict(),
-        "continue_as_new_after_turns": spec.continue_as_new_after_turns,
-        "workflow_task_timeout": spec.workflow_task_timeout,
-    }
 
 
 def turn_result(data: Mapping[str, Any]) -> TurnResult:

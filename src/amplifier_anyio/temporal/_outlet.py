@@ -14,8 +14,9 @@ from typing import Any
 
 __all__ = ("Post", "outlet_key", "register", "unregister", "post")
 
-Post = Callable[[str, dict[str, Any]], None]
-"""Thread-safe: queue ``(event, data)`` for the worker's hooks."""
+Post = Callable[[str, dict[str, Any], str | None], None]
+"""Thread-safe: queue ``(event, data, trace root)`` for the worker's hooks (the trace root:
+the trace id of the turn's OpenTelemetry trace, or None)."""
 
 _OUTLETS: dict[str, Post] = {}
 
@@ -36,8 +37,9 @@ def unregister(key: str, sink: Post) -> None:
         del _OUTLETS[key]
 
 
-def post(key: str, event: str, data: dict[str, Any]) -> None:
-    """Queue ``event`` for the worker's hooks (nothing when no worker here serves ``key``)."""
+def post(key: str, event: str, data: dict[str, Any], root: str | None = None) -> None:
+    """Queue ``event`` for the worker's hooks (nothing when no worker here serves ``key``);
+    ``root`` is the trace id of its turn's OpenTelemetry trace."""
     sink = _OUTLETS.get(key)
     if sink is not None:
-        sink(event, data)
+        sink(event, data, root)

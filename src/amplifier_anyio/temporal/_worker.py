@@ -12,13 +12,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import hashlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -28,42 +25,21 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ..errors import ConfigError, DurableSessionError
-from ..kernel._mount_plan import DurableSpec, MountPlan
+from ..kernel._mount_plan import MountPlan
 from ..runtime._tool_batch import ToolBatchConfig
 from ..runtime._turn import TurnConfig
 from . import _outlet
 from ._activities import Mounted, SessionActivities
+from ._plans import PlanLike, durable_of, load_plan, plan_key, plan_tree
 from ._portal import AsyncioPortal, wait_future
+from ._spans import turn_context
 from ._workflow import SessionWorkflow
 
 __all__ = ("SessionWorker", "PlanLike", "load_plan", "plan_key", "durable_of", "connect")
 
-PlanLike = MountPlan | Mapping[str, Any] | str | Path
-"""A plan as the durable API takes it: parsed, a dict, or a YAML/TOML file path."""
-
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 
 logger = logging.getLogger(__name__)
-
-
-def load_plan(plan: PlanLike) -> MountPlan:
-    """``plan`` parsed (a file is read here: call it before the loop is busy)."""
-    if isinstance(plan, MountPlan):
-        return plan
-    if isinstance(plan, Mapping):
-        return MountPlan.from_dict(dict(plan))
-    return MountPlan.from_file(plan)
-
-
-def plan_key(plan: MountPlan) -> str:
-    """A plan's name among a worker's plans: the digest of its canonical JSON."""
-    text = json.dumps(plan.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def durable_of(plan: MountPlan) -> DurableSpec:
-    """The plan's ``session.durable`` settings (defaults when it has none)."""
-    return plan.durable or DurableSpec()
 
 
 async def connect(address: str, namespace: str, timeout: float) -> Client:
@@ -86,6 +62,8 @@ class SessionWorker:
     ``plans`` is a plan, or a mapping of names to plans, or a list. Address, namespace,
     task queue and sticky timeout default to the first plan's ``session.durable``.
     ``heartbeat_every`` is how often a running activity heartbeats (seconds).
+    ``tracer_provider`` is the OpenTelemetry tracer provider of the span each activity
+    makes in its turn's trace (None: the global one; no span without opentelemetry).
     """
 
     def __init__(
@@ -98,6 +76,7 @@ class SessionWorker:
         sticky_timeout: float | None = None,
         heartbeat_every: float = 0.5,
         connect_timeout: float = 10.0,
+        tracer_provider: Any = None,
     ) -> None:
         if isinstance(plans, list):
             parsed = [load_plan(p) for p in plans]
@@ -108,7 +87,10 @@ class SessionWorker:
         if not parsed:
             msg = "SessionWorker: no plan given"
             raise ConfigError(msg)
-        self.plans = {plan_key(p): p for p in parsed}
+        self.plans: dict[str, MountPlan] = {}
+        """Every plan this worker runs, by key: the plans given and their agents' plans."""
+        for plan in parsed:
+            self.plans.update(plan_tree(plan))
         spec = durable_of(parsed[0])
         self.address = address or spec.address
         self.namespace = namespace or spec.namespace
@@ -116,6 +98,7 @@ class SessionWorker:
         self.sticky_timeout = spec.sticky_timeout if sticky_timeout is None else sticky_timeout
         self.heartbeat_every = heartbeat_every
         self.connect_timeout = connect_timeout
+        self.tracer_provider = tracer_provider
         self._portal: AsyncioPortal | None = None
         self._future: concurrent.futures.Future[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -167,7 +150,9 @@ class SessionWorker:
             mounted = {}
             for key, plan in self.plans.items():
                 mounted[key] = await _mount(stack, plan)
-            activities = SessionActivities(mounted, heartbeat_every=self.heartbeat_every)
+            activities = SessionActivities(
+                mounted, heartbeat_every=self.heartbeat_every, tracer_provider=self.tracer_provider
+            )
             restrictions = SandboxRestrictions.default.with_passthrough_modules(
                 "amplifier_anyio", "attrs", "cattrs", "anyio", "httpx", "yaml"
             )
@@ -175,7 +160,11 @@ class SessionWorker:
                 client,
                 task_queue=self.task_queue,
                 workflows=[SessionWorkflow],
-                activities=[activities.provider_call, activities.tool_call],
+                activities=[
+                    activities.provider_call,
+                    activities.tool_call,
+                    activities.task_start,
+                ],
                 workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
                 sticky_queue_schedule_to_start_timeout=timedelta(seconds=self.sticky_timeout),
                 max_heartbeat_throttle_interval=timedelta(seconds=self.heartbeat_every),
@@ -197,11 +186,11 @@ async def _outlets(task_queue: str, mounted: Mapping[str, Mounted]) -> AsyncIter
     """Deliver the session-level events the workflows post (``_outlet``) to each plan's
     hooks, in the order posted; at the end, what is still queued (bounded)."""
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[Mounted, str, dict[str, Any]] | None] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[Mounted, str, dict[str, Any], str | None] | None] = asyncio.Queue()
 
     def sink_of(plan: Mounted) -> _outlet.Post:
-        def sink(event: str, data: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, (plan, event, data))
+        def sink(event: str, data: dict[str, Any], root: str | None) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (plan, event, data, root))
 
         return sink
 
@@ -209,9 +198,10 @@ async def _outlets(task_queue: str, mounted: Mapping[str, Mounted]) -> AsyncIter
 
     async def deliver() -> None:
         while (item := await queue.get()) is not None:
-            plan, event, data = item
+            plan, event, data, root = item
             try:
-                await plan.coordinator.hooks.emit(event, data)
+                with turn_context(data.get("trace_id"), root):  # hooks-otel: the turn's trace
+                    await plan.coordinator.hooks.emit(event, data)
             except Exception:  # an observer's failure is logged, the session goes on
                 logger.exception("delivering %s failed", event)
 
@@ -244,6 +234,7 @@ async def _mount(stack: AsyncExitStack, plan: MountPlan) -> Mounted:
         turn_config=turn_of() if turn_of is not None else TurnConfig(),
         batch_config=batch_of() if batch_of is not None else ToolBatchConfig(),
         orchestrator=str(getattr(orchestrator, "name", "loop-basic")),
+        plan=plan,
     )
 
 

@@ -23,7 +23,12 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from ..events import (
@@ -32,18 +37,30 @@ with workflow.unsafe.imports_passed_through():
         EXECUTION_START,
         ORCHESTRATOR_COMPLETE,
         PROMPT_COMPLETE,
+        TASK_AGENT_COMPLETED,
+        TASK_AGENT_RESUMED,
+        TASK_AGENT_SPAWNED,
     )
+    from ..kernel._budget import BUDGET_FINISH_REASON, Budget, BudgetMeter
     from ..kernel._turns import TurnStatus
-    from ..models import Usage, structure, unstructure
+    from ..models import ToolResult, Usage, structure, unstructure
     from ..runtime import _policy as policy
     from ..runtime._progress import DEFAULT_REPEATS, NO_PROGRESS_FINISH_REASON, ProgressWatch
+    from ..tools.task import answer_succeeded, task_answer
     from . import _outlet
 
-__all__ = ("SessionWorkflow", "WORKFLOW_NAME", "PROVIDER_ACTIVITY", "TOOL_ACTIVITY")
+__all__ = (
+    "SessionWorkflow",
+    "WORKFLOW_NAME",
+    "PROVIDER_ACTIVITY",
+    "TOOL_ACTIVITY",
+    "TASK_START_ACTIVITY",
+)
 
 WORKFLOW_NAME = "amplifier-session"
 PROVIDER_ACTIVITY = "amplifier-provider-call"
 TOOL_ACTIVITY = "amplifier-tool-call"
+TASK_START_ACTIVITY = "amplifier-task-start"
 
 
 def _options(spec: dict[str, Any], attempts: int) -> dict[str, Any]:
@@ -57,6 +74,16 @@ def _options(spec: dict[str, Any], attempts: int) -> dict[str, Any]:
         ),
         "cancellation_type": workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     }
+
+
+def _budget(limits: dict[str, Any] | None) -> Budget:
+    """Budget limits from plain data (None: no limit)."""
+    limits = limits or {}
+    return Budget(
+        max_tokens=limits.get("max_tokens"),
+        max_cost_usd=limits.get("max_cost_usd"),
+        max_tool_calls=limits.get("max_tool_calls"),
+    )
 
 
 def _add_usage(total: dict[str, Any], usage: dict[str, Any] | None) -> dict[str, Any]:
@@ -86,10 +113,23 @@ class SessionWorkflow:
         self._decisions: dict[str, dict[str, Any]] = {}
         """Call id → its decision (``decision``, the ``digest`` it binds to, ``prompt``)."""
         self._rounds = 0
+        self._children: dict[str, dict[str, Any]] = dict(start.get("children") or {})
+        """Child session id → what a resume needs: ``agent``, ``settings``, ``messages``,
+        its own ``children``."""
+        self._running: dict[str, workflow.ChildWorkflowHandle[Any, Any]] = {}
+        self._signals: set[asyncio.Task[None]] = set()
+        self._trace: str | None = None
+        """The running turn's trace id (its events carry it)."""
+        self._trace_root: str | None = None
+        """The trace id of the running turn's OpenTelemetry trace: its root turn's."""
 
     @workflow.run
     async def run(self, start: dict[str, Any]) -> dict[str, Any]:
-        """Serve turns until closed; continue as new after the configured turns."""
+        """Serve turns until closed; continue as new after the configured turns. A child
+        session (a ``task`` call's) runs its one turn and returns it."""
+        task = start.get("task")
+        if task is not None:
+            return await self._task_turn(task)
         limit = int(self._settings["continue_as_new_after_turns"])
         await workflow.wait_condition(
             lambda: self._closing or (self._turns >= limit and not self._busy)
@@ -98,7 +138,12 @@ class SessionWorkflow:
         if not self._closing:
             timeout = float(self._settings.get("workflow_task_timeout", 10.0))
             workflow.continue_as_new(
-                {"settings": self._settings, "messages": self._messages, "last": self._last},
+                {
+                    "settings": self._settings,
+                    "messages": self._messages,
+                    "last": self._last,
+                    "children": self._children,
+                },
                 task_timeout=timedelta(seconds=timeout),
             )
         return {"messages": len(self._messages)}
@@ -160,7 +205,16 @@ class SessionWorkflow:
             return
         self._graceful = True
         if immediate and self._turn_task is not None:
-            self._turn_task.cancel()
+            self._turn_task.cancel()  # the running children are cancelled with their calls
+        elif not immediate:
+            for handle in self._running.values():
+                self._forward(handle)
+
+    def _forward(self, handle: workflow.ChildWorkflowHandle[Any, Any]) -> None:
+        """Pass a graceful cancel on to a running child session."""
+        sent = asyncio.create_task(handle.signal("cancel", False))
+        self._signals.add(sent)
+        sent.add_done_callback(self._signals.discard)
 
     @workflow.signal(name="close")
     def close(self) -> None:
@@ -184,6 +238,30 @@ class SessionWorkflow:
         self._last = result
         return result
 
+    async def _task_turn(self, task: dict[str, Any]) -> dict[str, Any]:
+        """A child session's one turn, under its parent's remaining ``budget``: its result,
+        its messages and children (for a resume) and what it ``spent``. A cancel of this
+        workflow (its parent's) is an immediate cancel of the turn."""
+        self._busy, self._graceful = True, False
+        try:
+            turn = self._turn(
+                task["prompt"], task.get("budget"), task.get("deadline"), task.get("trace_root")
+            )
+            self._turn_task = asyncio.create_task(turn)
+            result = await self._turn_task
+        finally:
+            self._turn_task = None
+            self._busy = False
+            self._turns += 1
+        self._last = result
+        spent = result.pop("spent")
+        return {
+            "result": result,
+            "messages": self._messages,
+            "children": self._children,
+            "spent": spent,
+        }
+
     @run_turn.validator
     def _check_turn(self, prompt: str) -> None:
         if self._closing:
@@ -195,8 +273,10 @@ class SessionWorkflow:
         re-runs this code for events that were delivered when it first ran)."""
         if workflow.unsafe.is_replaying():
             return
+        if self._trace is not None and "trace_id" not in data:
+            data = {**data, "trace_id": self._trace}  # as the in-process hooks add it
         key = _outlet.outlet_key(workflow.info().task_queue, str(self._settings["plan"]))
-        _outlet.post(key, event, data)
+        _outlet.post(key, event, data, self._trace_root)
 
     def _closing_events(self, turn: _TurnState) -> None:
         """The turn's terminal events, as the in-process turn emits them."""
@@ -228,12 +308,38 @@ class SessionWorkflow:
             end["error"] = dict(turn.error)
         self._event(EXECUTION_END, end)
 
-    async def _turn(self, prompt: str) -> dict[str, Any]:
+    async def _turn(
+        self,
+        prompt: str,
+        carried: dict[str, Any] | None = None,
+        deadline: float | None = None,
+        trace_root: str | None = None,
+    ) -> dict[str, Any]:
         repeats = self._settings.get("no_progress", DEFAULT_REPEATS)
         turn = _TurnState(
             trace_id=workflow.uuid4().hex,
             progress=None if repeats is None else ProgressWatch(int(repeats)),
         )
+        self._trace = turn.trace_id
+        self._trace_root = turn.trace_root = trace_root or turn.trace_id
+        # a child's meter has its parent's remainder above it, as in-process it has its
+        # parent's meter: what runs out first stops the turn; the parent's remainder
+        # running out is the parent's budget running out (see _run_child)
+        above = None
+        if carried is not None:
+            above = BudgetMeter(limits=_budget(carried), on_exhausted=self._budget_spent)
+        turn.meter = BudgetMeter(
+            limits=_budget(self._settings.get("budget")),
+            parent=above,
+            on_exhausted=self._budget_spent,
+        )
+        now = workflow.now().timestamp()
+        timeout = self._settings.get("turn_timeout")
+        ends = [d for d in (deadline, None if timeout is None else now + timeout) if d is not None]
+        turn.deadline = min(ends) if ends else None
+        timer = None
+        if turn.deadline is not None:  # a durable timer: it holds across workers
+            timer = asyncio.create_task(self._expire(turn.deadline - now))
         self._event(EXECUTION_START, {"prompt": prompt})
         self._messages.append({"role": "user", "content": prompt})
         turn.submit = prompt
@@ -246,11 +352,31 @@ class SessionWorkflow:
             turn.status = TurnStatus.ERROR
             cause = exc.cause if exc.cause is not None else exc
             turn.error = {"type": type(cause).__name__, "msg": str(cause)}
-        turn.status, turn.finish_reason = policy.halted_status(
-            turn.status, turn.halted, turn.finish_reason
-        )
+        if timer is not None:
+            timer.cancel()
+        if turn.status is TurnStatus.CANCELLED and turn.meter.exhausted is not None:
+            # this turn's own budget ran out: not a cancel someone asked for
+            turn.status, turn.finish_reason = TurnStatus.INCOMPLETE, BUDGET_FINISH_REASON
+            turn.problems.append(f"budget: {turn.meter.report()}")
+        else:
+            turn.status, turn.finish_reason = policy.halted_status(
+                turn.status, turn.halted, turn.finish_reason
+            )
         self._closing_events(turn)
         return turn.result()
+
+    async def _expire(self, delay: float) -> None:
+        """The turn's deadline: cancel it (immediately) when it comes."""
+        await workflow.sleep(max(delay, 0.001))
+        if self._turn_task is not None:
+            self._turn_task.cancel()
+
+    def _budget_spent(self) -> None:
+        """A limit of the turn's budget was reached: cancel the turn at once (from its own
+        task, the step that charged raises instead)."""
+        task = self._turn_task
+        if task is not None and asyncio.current_task() is not task:
+            task.cancel()
 
     async def _loop(self, turn: _TurnState) -> None:
         limit = int(self._settings["max_iterations"])
@@ -296,12 +422,15 @@ class SessionWorkflow:
         self, turn: _TurnState, *, with_tools: bool, reminder: bool
     ) -> dict[str, Any] | None:
         spec = self._settings["provider"]
+        if turn.meter.over is not None:
+            raise asyncio.CancelledError  # a spent budget: no call starts
         reply: dict[str, Any] = await workflow.execute_activity(
             PROVIDER_ACTIVITY,
             {
                 "plan": self._settings["plan"],
                 "session_id": workflow.info().workflow_id,
                 "trace_id": turn.trace_id,
+                "trace_root": turn.trace_root,
                 "iteration": turn.iterations,
                 "messages": self._messages,
                 "with_tools": with_tools,
@@ -320,6 +449,10 @@ class SessionWorkflow:
         turn.iterations += 1
         turn.usage = _add_usage(turn.usage, reply.get("usage"))
         turn.finish_reason = reply["finish_reason"]
+        if reply.get("usage"):
+            usage = structure(reply["usage"], Usage)
+            if not turn.meter.charge_usage(usage, float(usage.cost_usd or 0)):
+                raise asyncio.CancelledError  # the budget ran out: the turn stops here
         return reply
 
     async def _batch(self, turn: _TurnState, calls: list[dict[str, Any]]) -> None:
@@ -336,6 +469,10 @@ class SessionWorkflow:
             (index, call, None) for index, call in enumerate(calls)
         ]
         cancelled = False
+        if not turn.meter.charge_tool_calls(len(calls)):  # over the budget: none starts
+            turn.refused += len(calls)
+            round_, cancelled = [], True
+            unfinished.update({str(call["id"]): "cancelled" for call in calls})
         try:
             while round_:
                 cancelled = await self._run_calls(turn, round_, group, results, unfinished)
@@ -405,13 +542,17 @@ class SessionWorkflow:
         results, the unfinished and the held go where they belong. Whether a cancel came."""
         spec = self._settings["tools"]
         session_id = workflow.info().workflow_id
-        handles = []
+        handles: list[asyncio.Future[Any]] = []
         for index, call, decision in calls:
+            if call.get("delegate") and decision is None:  # a task call: a child workflow
+                handles.append(asyncio.create_task(self._delegate(turn, index, call, group)))
+                continue
             attempts = int(spec["maximum_attempts"]) if call.get("idempotent") else 1
             request: dict[str, Any] = {
                 "plan": self._settings["plan"],
                 "session_id": session_id,
                 "trace_id": turn.trace_id,
+                "trace_root": turn.trace_root,
                 "call": {k: call[k] for k in ("id", "name", "arguments")},
                 "index": index,
                 "group": group,
@@ -433,11 +574,17 @@ class SessionWorkflow:
         try:
             await asyncio.wait(handles)
         except asyncio.CancelledError:
-            cancelled = True
+            cancelled = turn.cut = True
             for handle in handles:
                 handle.cancel()
-            # WAIT_CANCELLATION_COMPLETED: each settles as what really happened to it
-            await asyncio.wait(handles)
+            # WAIT_CANCELLATION_COMPLETED: each settles as what really happened to it; a
+            # second cancel (a deadline and the parent's cancel at once) changes nothing
+            while True:
+                try:
+                    await asyncio.wait(handles)
+                    break
+                except asyncio.CancelledError:
+                    continue  # re-raised below, once every call is answered
         for (_, call, _), handle in zip(calls, handles, strict=True):
             call_id = str(call["id"])
             error = None if handle.cancelled() else handle.exception()
@@ -455,6 +602,184 @@ class SessionWorkflow:
             else:
                 unfinished[call_id] = "interrupted"
         return cancelled
+
+    # -- sub-agents --------------------------------------------------------------------
+
+    def _tool_request(
+        self, turn: _TurnState, index: int, call: dict[str, Any], group: str
+    ) -> dict[str, Any]:
+        session_id = workflow.info().workflow_id
+        return {
+            "plan": self._settings["plan"],
+            "session_id": session_id,
+            "trace_id": turn.trace_id,
+            "trace_root": turn.trace_root,
+            "call": {k: call[k] for k in ("id", "name", "arguments")},
+            "index": index,
+            "group": group,
+            "key": f"{session_id}/{call['id']}",
+        }
+
+    async def _delegate(
+        self, turn: _TurnState, index: int, call: dict[str, Any], group: str
+    ) -> dict[str, Any]:
+        """A ``task`` call: check it (an activity), run its child session as a child
+        workflow, then answer the call through the tool batch (an activity: ``tool:pre``,
+        the answer, ``tool:post``), as the in-process tool-task answers it."""
+        spec = self._settings["tools"]
+        options = _options(spec, int(spec["maximum_attempts"]))  # neither runs a tool
+        request = self._tool_request(turn, index, call, group)
+        plan: dict[str, Any] = await workflow.execute_activity(
+            TASK_START_ACTIVITY,
+            {**request, "messages": self._messages, "depth": self._settings.get("depth", 0)},
+            activity_id=f"task-{call['id']}",
+            **options,
+        )
+        answer = plan.get("answer")
+        if answer is None:
+            answer = await self._run_child(turn, str(call["id"]), plan)
+        result: dict[str, Any] = await workflow.execute_activity(
+            TOOL_ACTIVITY,
+            {**request, "answer": answer},
+            activity_id=f"tool-{call['id']}",
+            **options,
+        )
+        return result
+
+    async def _run_child(
+        self, turn: _TurnState, call_id: str, plan: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Run the child session ``plan`` names (new, or resumed by its id) and return the
+        call's answer; its usage is the turn's and its spending is charged to the turn's
+        budget. An immediate cancel of this turn cancels the child (its calls answered,
+        its turn ``cancelled``) and then this call."""
+        parent_id = workflow.info().workflow_id
+        resumed = plan.get("resume")
+        child_id = str(resumed) if resumed is not None else f"{parent_id}-{call_id}"
+        known = self._children.get(child_id) if resumed is not None else None
+        agent = known["agent"] if known is not None else plan.get("agent")
+        if resumed is None and "child" in plan:
+            agent = plan["child"]["agent"]
+        started: dict[str, Any] = {
+            "agent": agent,
+            "sub_session_id": child_id,
+            "parent_session_id": parent_id,
+            "tool_call_id": call_id,
+        }
+        if resumed is not None:
+            self._event(TASK_AGENT_RESUMED, {**started, "session_id": child_id})
+        else:
+            self._event(TASK_AGENT_SPAWNED, started)
+        ended: dict[str, Any] = {**started, "success": False, "status": "cancelled"}
+        failed = plan.get("failed")
+        if resumed is not None and known is None:
+            failed = f"no sub-session {child_id!r} of {parent_id!r}"
+        if failed is not None:
+            return self._failed(ended, str(failed))
+        start = _child_start(plan, known)
+        start["task"]["budget"] = unstructure(turn.meter.remaining())
+        start["task"]["deadline"] = turn.deadline  # a child never outlasts its parent
+        start["task"]["trace_root"] = turn.trace_root  # its spans: in the parent's trace
+        try:
+            handle = await workflow.start_child_workflow(
+                WORKFLOW_NAME,
+                start,
+                id=child_id,
+                task_queue=workflow.info().task_queue,
+                cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+                task_timeout=timedelta(seconds=float(self._settings["workflow_task_timeout"])),
+            )
+            self._running[child_id] = handle
+            if self._graceful:
+                self._forward(handle)  # a graceful cancel came while the call started
+            outcome: dict[str, Any] = await handle
+        except asyncio.CancelledError:
+            self._event(TASK_AGENT_COMPLETED, ended)
+            raise
+        except ChildWorkflowError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            return self._failed(ended, str(getattr(cause, "message", None) or cause))
+        finally:
+            self._running.pop(child_id, None)
+        result, spent = outcome["result"], outcome["spent"]
+        self._children[child_id] = {
+            "agent": agent,
+            "settings": start["settings"],
+            "messages": outcome["messages"],
+            "children": outcome["children"],
+        }
+        turn.usage = _add_usage(turn.usage, result["usage"])
+        # what the child spent is charged here, as in-process it is charged up the tree
+        for meter in turn.meter.chain():
+            meter.tool_calls += int(spent["tool_calls"])
+        turn.meter.charge_usage(
+            structure(result["usage"] or {}, Usage), float(spent["cost_usd"] or 0)
+        )
+        if spent["refused"]:  # calls the child's remainder refused: this budget's limit
+            turn.meter.charge_tool_calls(int(spent["refused"]))
+        return self._answer_of(turn, ended, child_id, result, spent)
+
+    def _answer_of(
+        self,
+        turn: _TurnState,
+        ended: dict[str, Any],
+        child_id: str,
+        result: dict[str, Any],
+        spent: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The call's answer for its child's result, and ``task:agent_completed``."""
+        answer = {
+            "output": result["text"],
+            "session_id": child_id,
+            "status": result["status"],
+            "turn_count": result["turn_count"],
+            "usage": result["usage"],
+            "cost_usd": spent["cost_usd"],
+            "finish_reason": result["finish_reason"],
+        }
+        ended.update(
+            success=answer_succeeded(answer),
+            status=answer["status"],
+            turn_count=answer["turn_count"],
+            usage=answer["usage"],
+            cost_usd=answer["cost_usd"],
+            finish_reason=answer["finish_reason"],
+        )
+        if result.get("error"):
+            return self._failed(ended, str(result["error"]["msg"]))
+        self._event(TASK_AGENT_COMPLETED, ended)
+        if turn.cut and result["status"] == str(TurnStatus.CANCELLED):
+            raise asyncio.CancelledError  # cancelled with this turn: the call is too
+        answered: dict[str, Any] = unstructure(task_answer(answer, child_id))
+        return answered
+
+    def _failed(self, ended: dict[str, Any], why: str) -> dict[str, Any]:
+        """A delegation that failed: ``task:agent_completed`` and the call's error."""
+        message = f"Delegation failed: {why}"
+        self._event(
+            TASK_AGENT_COMPLETED, {**ended, "success": False, "status": "error", "error": message}
+        )
+        failure = ToolResult(success=False, error={"message": message, "type": "DelegationError"})
+        found: dict[str, Any] = unstructure(failure)
+        return found
+
+
+def _child_start(plan: dict[str, Any], known: dict[str, Any] | None) -> dict[str, Any]:
+    """A child workflow's start: a new child's (``plan["child"]``), or a resumed one's
+    (``known``: its settings, messages and children), with its ``task``."""
+    if known is not None:
+        start = {
+            "settings": known["settings"],
+            "messages": known["messages"],
+            "children": known["children"],
+        }
+        instruction = plan["instruction"]
+    else:
+        child = plan["child"]
+        start = {"settings": child["settings"], "messages": child["messages"]}
+        instruction = child["instruction"]
+    start["task"] = {"prompt": instruction}
+    return start
 
 
 def _decision_of(call_id: str, value: Any) -> tuple[str, str | None]:
@@ -494,9 +819,25 @@ class _TurnState:
         self.usage: dict[str, Any] = {}
         self.finish_reason: str | None = None
         self.error: dict[str, Any] | None = None
+        self.meter = BudgetMeter()
+        """What the turn and its children spent, against its budget."""
+        self.cut = False
+        """Whether an immediate cancel is stopping the running calls."""
+        self.refused = 0
+        """Tool calls the budget kept from starting."""
+        self.trace_root = trace_id
+        """The trace id of the turn's OpenTelemetry trace (a child's: its root turn's)."""
+        self.deadline: float | None = None
+        """When the turn is cancelled (a POSIX time of the workflow's clock), or None."""
 
     def result(self) -> dict[str, Any]:
         return {
+            "spent": {
+                "tokens": self.meter.tokens,
+                "cost_usd": self.meter.cost_usd,
+                "tool_calls": self.meter.tool_calls,
+                "refused": self.refused,
+            },
             "text": self.text,
             "status": str(self.status),
             "turn_count": self.iterations,

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
+import attrs
 
 from ..config_schema import ConfigSchema, Setting
 from ..errors import ConfigError
@@ -45,7 +46,16 @@ from ..kernel._tracing import current_tool_call
 from ..models import ToolResult
 from ..runtime._progress import NO_PROGRESS_FINISH_REASON
 
-__all__ = ("TaskTool", "mount", "CONFIG_SCHEMA", "recent_turns")
+__all__ = (
+    "TaskTool",
+    "TaskRequest",
+    "mount",
+    "CONFIG_SCHEMA",
+    "recent_turns",
+    "parse_request",
+    "task_answer",
+    "answer_succeeded",
+)
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +84,75 @@ def recent_turns(messages: list[dict[str, Any]], turns: int) -> list[dict[str, A
     if len(starts) <= turns:
         return list(messages)
     return list(messages[starts[-turns] :])
+
+
+@attrs.frozen
+class TaskRequest:
+    """A ``task`` call's input, checked: start ``agent``, or resume ``session_id``."""
+
+    agent: str
+    instruction: str
+    session_id: str
+    inherit: str = "none"
+    turns: int = 5
+
+
+def parse_request(input: Mapping[str, Any], agents: Mapping[str, Any]) -> TaskRequest | ToolResult:
+    """A ``task`` call's input checked against the plan's ``agents``: the request, or the
+    call's error result (the durable driver checks its calls with the same words)."""
+    agent = str(input.get("agent") or "").strip()
+    instruction = str(input.get("instruction") or "").strip()
+    session_id = str(input.get("session_id") or "").strip()
+    if not instruction:
+        return _failure("instruction: required, and not empty")
+    if session_id:
+        return TaskRequest(agent=agent, instruction=instruction, session_id=session_id)
+    if not agent:
+        return _failure("agent: required to start a sub-agent (or session_id to resume one)")
+    if agent not in agents:
+        known = ", ".join(sorted(agents)) or "none"
+        return _failure(f"Agent '{agent}' not found (agents: {known})")
+    inherit = input.get("inherit_context") or "none"
+    if inherit not in _INHERIT:
+        return _failure(f"inherit_context: expected one of {', '.join(_INHERIT)}")
+    turns = input.get("inherit_context_turns", 5)
+    if isinstance(turns, bool) or not isinstance(turns, int) or turns < 0:
+        return _failure("inherit_context_turns: expected an integer >= 0")
+    return TaskRequest(
+        agent=agent, instruction=instruction, session_id="", inherit=str(inherit), turns=turns
+    )
+
+
+def task_answer(answer: Mapping[str, Any], child_id: str) -> ToolResult:
+    """The ``task`` call's result for a child's answer (``{output, session_id, status,
+    finish_reason}``, as ``session.spawn`` returns it): ``{response, session_id}`` (and
+    ``status`` when the child's turn did not succeed), a failure when it did not end
+    ``success`` or ``incomplete``, or stopped for making no progress."""
+    status = str(answer.get("status", "success"))
+    output: dict[str, Any] = {
+        "response": answer.get("output", ""),
+        "session_id": answer.get("session_id", child_id),
+    }
+    if status != "success":
+        output["status"] = status
+    if answer_succeeded(answer):
+        return ToolResult(output=output)
+    stuck = answer.get("finish_reason") == NO_PROGRESS_FINISH_REASON
+    why = f"{status} ({NO_PROGRESS_FINISH_REASON})" if stuck else status
+    return ToolResult(
+        success=False,
+        output=output,
+        error={"message": f"the agent's turn ended {why}", "type": "DelegationError"},
+    )
+
+
+def answer_succeeded(answer: Mapping[str, Any]) -> bool:
+    """Whether a child's answer is a success for its ``task`` call: its turn ended
+    ``success`` or ``incomplete``, and not for making no progress (a child stopped for
+    repeating a failing call failed its task: its parent's no-progress watch then sees a
+    delegation that keeps failing the same way)."""
+    status = str(answer.get("status", "success"))
+    return status in _OK and answer.get("finish_reason") != NO_PROGRESS_FINISH_REASON
 
 
 class TaskTool:
@@ -136,31 +215,15 @@ class TaskTool:
 
     async def execute(self, input: dict[str, Any]) -> ToolResult:
         """Spawn (``agent``) or resume (``session_id``) a child and wait for its answer."""
-        agent = str(input.get("agent") or "").strip()
-        instruction = str(input.get("instruction") or "").strip()
-        session_id = str(input.get("session_id") or "").strip()
-        if not instruction:
+        request = parse_request(input, self._agents())
+        if isinstance(request, ToolResult):
             await anyio.lowlevel.checkpoint()
-            return _failure("instruction: required, and not empty")
-        if session_id:
-            return await self._delegate(None, instruction, session_id, {})
-        if not agent:
-            await anyio.lowlevel.checkpoint()
-            return _failure("agent: required to start a sub-agent (or session_id to resume one)")
-        if agent not in self._agents():
-            await anyio.lowlevel.checkpoint()
-            known = ", ".join(sorted(self._agents())) or "none"
-            return _failure(f"Agent '{agent}' not found (agents: {known})")
-        inherit = input.get("inherit_context") or "none"
-        if inherit not in _INHERIT:
-            await anyio.lowlevel.checkpoint()
-            return _failure(f"inherit_context: expected one of {', '.join(_INHERIT)}")
-        turns = input.get("inherit_context_turns", 5)
-        if isinstance(turns, bool) or not isinstance(turns, int) or turns < 0:
-            await anyio.lowlevel.checkpoint()
-            return _failure("inherit_context_turns: expected an integer >= 0")
-        messages = await self._parent_messages(inherit, turns)
-        return await self._delegate(agent, instruction, None, {"parent_messages": messages})
+            return request
+        if request.session_id:
+            return await self._delegate(None, request.instruction, request.session_id, {})
+        messages = await self._parent_messages(request.inherit, request.turns)
+        extra = {"parent_messages": messages}
+        return await self._delegate(request.agent, request.instruction, None, extra)
 
     async def _new_id(self, agent: str) -> str:
         """The new child's id: the session's (``session.new_child_id``: the same ids on a
@@ -235,34 +298,17 @@ class TaskTool:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_EVENT_TIMEOUT):
                 await hooks.emit(TASK_AGENT_COMPLETED, ended)
             raise
-        status = str(answer.get("status", "success"))
-        # a child stopped for repeating a failing call failed its task (its parent's
-        # no-progress watch then sees a delegation that keeps failing the same way)
-        stuck = answer.get("finish_reason") == NO_PROGRESS_FINISH_REASON
         ended.update(
             agent=started["agent"],
-            success=status in _OK and not stuck,
-            status=status,
+            success=answer_succeeded(answer),
+            status=str(answer.get("status", "success")),
             turn_count=answer.get("turn_count"),
             usage=answer.get("usage"),
             cost_usd=answer.get("cost_usd"),
             finish_reason=answer.get("finish_reason"),
         )
         await hooks.emit(TASK_AGENT_COMPLETED, ended)
-        output: dict[str, Any] = {
-            "response": answer.get("output", ""),
-            "session_id": answer.get("session_id", child_id),
-        }
-        if status != "success":
-            output["status"] = status
-        if status in _OK and not stuck:
-            return ToolResult(output=output)
-        why = f"{status} ({NO_PROGRESS_FINISH_REASON})" if stuck else status
-        return ToolResult(
-            success=False,
-            output=output,
-            error={"message": f"the agent's turn ended {why}", "type": "DelegationError"},
-        )
+        return task_answer(answer, child_id)
 
 
 def _spent(coordinator: Any, child_id: str) -> dict[str, Any]:
