@@ -119,17 +119,22 @@ def execution_status(status: TurnStatus) -> str:
     return _EXECUTION_STATUS[status]
 
 
-def cancelled_message(call_id: str, name: str) -> dict[str, Any]:
+def cancelled_message(
+    call_id: str, name: str, resume: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The ``role: tool`` answer of a call a cancel stopped before it finished (the same
-    content as the tool batch's ``cancelled_result``)."""
-    content = cancelled_result(name).get_serialized_output()
+    content as the tool batch's ``cancelled_result``); ``resume``: what its tool noted to
+    pick the work up again (a sub-agent's ``session_id``)."""
+    content = cancelled_result(name, resume).get_serialized_output()
     return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
 
 
-def interrupted_message(call_id: str, name: str) -> dict[str, Any]:
+def interrupted_message(
+    call_id: str, name: str, resume: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The ``role: tool`` answer of a call whose attempt was lost with its process (the
     journal's interrupted result): it may or may not have had its effect."""
-    return interrupted_result(call_id, name)
+    return interrupted_result(call_id, name, resume)
 
 
 def ordered_results(

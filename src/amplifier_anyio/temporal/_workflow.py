@@ -117,6 +117,7 @@ class SessionWorkflow:
         """Child session id → what a resume needs: ``agent``, ``settings``, ``messages``,
         its own ``children``."""
         self._running: dict[str, workflow.ChildWorkflowHandle[Any, Any]] = {}
+        self._noted: dict[str, dict[str, Any]] = {}  # per task call: what resumes its child
         self._signals: set[asyncio.Task[None]] = set()
         self._trace: str | None = None
         """The running turn's trace id (its events carry it)."""
@@ -497,15 +498,17 @@ class SessionWorkflow:
         self._decisions.clear()
 
         def answer(call_id: str, name: str) -> dict[str, Any]:
+            noted = self._noted.pop(call_id, None)  # a cut child: its id, to resume it
             if unfinished.get(call_id) == "cancelled":
-                return policy.cancelled_message(call_id, name)
-            return policy.interrupted_message(call_id, name)
+                return policy.cancelled_message(call_id, name, noted)
+            return policy.interrupted_message(call_id, name, noted)
 
         extras = {
             i: (m.pop("success", None), m.pop("injections", []), m.pop("after", []))
             for i, m in results.items()
         }
         self._messages.extend(policy.ordered_results(calls, results, answer))
+        self._noted.clear()
         found = [extras.get(str(call["id"])) for call in calls]
         for extra in found:
             if extra is not None:
@@ -676,6 +679,7 @@ class SessionWorkflow:
             failed = f"no sub-session {child_id!r} of {parent_id!r}"
         if failed is not None:
             return self._failed(ended, str(failed))
+        self._noted[call_id] = {"session_id": child_id}  # as tool-task's note_resume
         start = _child_start(plan, known)
         start["task"]["budget"] = unstructure(turn.meter.remaining())
         start["task"]["deadline"] = turn.deadline  # a child never outlasts its parent
