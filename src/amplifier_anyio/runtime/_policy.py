@@ -30,8 +30,7 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..contexts._journal import interrupted_result
-from ..kernel._turns import TurnStatus
+from ..kernel._turns import TurnStatus, interrupted_result
 from ..models import HookResult
 from ._progress import ProgressVerdict, ProgressWatch
 from ._requests import LOOP_LIMIT_REMINDER
