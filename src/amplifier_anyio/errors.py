@@ -17,6 +17,7 @@ AmplifierError
 ├── ApprovalTimeoutError .............. an approval system gave no answer in time
 ├── ApprovalDeferred .................. a tool call put on hold until someone approves it
 ├── SessionError (+ RuntimeError) ..... a session used in the wrong state
+│   └── ArgumentsChangedError ......... an allowed call's arguments changed after the decision
 ├── DelegationError (+ ValueError) .... a sub-agent that cannot be spawned or resumed
 ├── MCPServerError .................... an MCP server (tool-mcp) could not be started
 ├── OrchestrationError ................ a lifecycle orchestration failed (stage, context, cause)
@@ -73,6 +74,7 @@ __all__ = (
     "InjectionTooLargeError",
     "ApprovalTimeoutError",
     "SessionError",
+    "ArgumentsChangedError",
     "DelegationError",
     "MCPServerError",
     "OrchestrationError",
@@ -207,6 +209,11 @@ class ContextWriteError(AmplifierError):
 
 class SessionError(AmplifierError, RuntimeError):
     """A session was used in a state that does not allow the call."""
+
+
+class ArgumentsChangedError(SessionError):
+    """An allowed call is about to run with other arguments than the ones decided on: it is
+    denied (the tool batch answers it with this message) and not run."""
 
 
 class DurableSessionError(SessionError):

@@ -22,7 +22,9 @@ gives that result (the call never runs again); ``deferred`` gives a *pending* pl
 ``started`` alone gives the interrupted result, or a *resumable* placeholder when its tool
 declared itself idempotent; no record gives the interrupted result. A placeholder is a
 complete tool message (so the history never has an orphaned call) that
-``session.resume()`` replaces with the real result.
+``session.resume()`` replaces with the real result. The placeholders, `call_digest` and
+their texts live beside `PendingApproval` (``kernel/_turns``), since the engine writes
+them too; `ArgumentsChangedError` is in ``errors``. Both are re-exported here.
 """
 
 from __future__ import annotations
@@ -34,8 +36,18 @@ from typing import Any
 
 import attrs
 
-from ..errors import SessionError
-from ..kernel._turns import PendingApproval
+from ..errors import ArgumentsChangedError
+from ..kernel._turns import (
+    INTERRUPTED_ERROR,
+    PENDING_MESSAGE,
+    PendingApproval,
+    call_digest,
+    finished_result,
+    interrupted_result,
+    is_placeholder,
+    pending_result,
+    resumable_result,
+)
 from ._messages import calls, result_ids
 
 __all__ = (
@@ -63,6 +75,8 @@ __all__ = (
     "resumable_result",
     "is_placeholder",
     "PENDING_MESSAGE",
+    "INTERRUPTED_ERROR",
+    "interrupted_result",
     "ArgumentsChangedError",
     "outside_decisions",
     "decision_record",
@@ -74,9 +88,6 @@ FINISHED = "finished"
 DEFERRED = "deferred"
 DECIDED = "decided"
 NOTED = "noted"
-
-PENDING_MESSAGE = "Tool call is awaiting approval"
-INTERRUPTED_ERROR = "Tool execution was interrupted"
 
 
 @attrs.define
@@ -170,75 +181,10 @@ def arguments_hash(arguments: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def call_digest(tool: str, arguments: Any) -> str:
-    """What an approval binds to: SHA-256 of the tool name and the arguments' canonical
-    JSON (sorted keys, no spaces)."""
-    text = json.dumps(
-        arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
-    )
-    return hashlib.sha256(f"{tool}\0{text}".encode()).hexdigest()
-
-
 def idempotency_key(scope: str, at: int, call_id: str, args_hash: str) -> str:
     """A key that is the same every time this call runs, and differs between calls."""
     digest = hashlib.sha256(f"{scope}\0{at}\0{call_id}\0{args_hash}".encode())
     return digest.hexdigest()[:32]
-
-
-def _tool_message(
-    call_id: str, name: str, content: str, metadata: dict[str, Any]
-) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id}
-    if name:
-        message["name"] = name
-    message["content"] = content
-    message["metadata"] = metadata
-    return message
-
-
-def pending_result(call_id: str, name: str, prompt: str) -> dict[str, Any]:
-    """The placeholder of a call that waits for an approval (what the model sees if the
-    conversation goes on without a decision)."""
-    payload = {"error": PENDING_MESSAGE, "awaiting_approval": True, "tool": name, "prompt": prompt}
-    return _tool_message(
-        call_id, name, json.dumps(payload, ensure_ascii=False), {"pending_approval": True}
-    )
-
-
-def interrupted_result(
-    call_id: str, name: str, resume: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The final result of a call the process died during (see persistent's); ``resume``:
-    what its tool noted to pick the work up (beside the fixed keys, never replacing them)."""
-    payload: dict[str, Any] = {"error": INTERRUPTED_ERROR, "interrupted": True, "tool": name}
-    for key, value in (resume or {}).items():
-        payload.setdefault(key, value)
-    return _tool_message(
-        call_id, name, json.dumps(payload, ensure_ascii=False), {"interrupted": True}
-    )
-
-
-def resumable_result(
-    call_id: str, name: str, resume: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """The placeholder of an idempotent call that was running at a crash: the interrupted
-    result, marked so that ``session.resume()`` runs the call again."""
-    message = interrupted_result(call_id, name, resume)
-    message["metadata"] = {"interrupted": True, "resumable": True}
-    return message
-
-
-def finished_result(call_id: str, name: str, content: str) -> dict[str, Any]:
-    """The result a ``finished`` record kept."""
-    return _tool_message(call_id, name, content, {"recovered": True})
-
-
-def is_placeholder(message: Mapping[str, Any]) -> bool:
-    """Whether ``message`` is a pending or resumable placeholder."""
-    metadata = message.get("metadata")
-    if message.get("role") != "tool" or not isinstance(metadata, Mapping):
-        return False
-    return bool(metadata.get("pending_approval") or metadata.get("resumable"))
 
 
 def _settle_open(state: CallState | None, call_id: str, name: str) -> dict[str, Any]:
@@ -446,11 +392,6 @@ def resume_work(
         denied=denied,
         waiting=tuple(waiting),
     )
-
-
-class ArgumentsChangedError(SessionError):
-    """An allowed call is about to run with other arguments than the ones decided on: it is
-    denied (the tool batch answers it with this message) and not run."""
 
 
 def decision_record(

@@ -1,16 +1,46 @@
 """How a turn ended: [`TurnStatus`][amplifier_anyio.TurnStatus] and
-[`TurnResult`][amplifier_anyio.TurnResult]."""
+[`TurnResult`][amplifier_anyio.TurnResult]; a call held for an approval
+([`PendingApproval`][amplifier_anyio.PendingApproval]) and the placeholder results that
+stand in the history for a call without its real result yet.
+
+A placeholder is a complete ``role: tool`` message, so a history never has an orphaned
+call: `pending_result` for a call waiting for an approval, `resumable_result` for an
+idempotent call a crash interrupted (``session.resume()`` replaces both with the real
+result), `interrupted_result` for one that may or may not have had its effect. The tool
+batch writes them, context-persistent's journal settles a reloaded history with them
+(``contexts/_journal``), and an approval binds to a call by its `call_digest`.
+"""
 
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from ..models import Usage
 
-__all__ = ("TurnStatus", "TurnResult", "PendingApproval")
+__all__ = (
+    "TurnStatus",
+    "TurnResult",
+    "PendingApproval",
+    "PENDING_MESSAGE",
+    "INTERRUPTED_ERROR",
+    "call_digest",
+    "pending_result",
+    "interrupted_result",
+    "resumable_result",
+    "finished_result",
+    "is_placeholder",
+)
+
+PENDING_MESSAGE = "Tool call is awaiting approval"
+"""The error text of a held call's placeholder."""
+INTERRUPTED_ERROR = "Tool execution was interrupted"
+"""The error text of a call whose process died while it ran."""
 
 
 class TurnStatus(enum.StrEnum):
@@ -65,3 +95,69 @@ class TurnResult:
     problems: tuple[str, ...] = ()
     pending_approvals: tuple[PendingApproval, ...] = ()
     """With status ``awaiting_approval``: the calls that wait for a decision."""
+
+
+def call_digest(tool: str, arguments: Any) -> str:
+    """What an approval binds to: SHA-256 of the tool name and the arguments' canonical
+    JSON (sorted keys, no spaces)."""
+    text = json.dumps(
+        arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
+    )
+    return hashlib.sha256(f"{tool}\0{text}".encode()).hexdigest()
+
+
+def _tool_message(
+    call_id: str, name: str, content: str, metadata: dict[str, Any]
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "tool", "tool_call_id": call_id}
+    if name:
+        message["name"] = name
+    message["content"] = content
+    message["metadata"] = metadata
+    return message
+
+
+def pending_result(call_id: str, name: str, prompt: str) -> dict[str, Any]:
+    """The placeholder of a call that waits for an approval (what the model sees if the
+    conversation goes on without a decision)."""
+    payload = {"error": PENDING_MESSAGE, "awaiting_approval": True, "tool": name, "prompt": prompt}
+    return _tool_message(
+        call_id, name, json.dumps(payload, ensure_ascii=False), {"pending_approval": True}
+    )
+
+
+def interrupted_result(
+    call_id: str, name: str, resume: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The final result of a call the process died during (see context-persistent's);
+    ``resume``: what its tool noted to pick the work up (``ToolCallContext.note_resume``),
+    beside the fixed keys, never replacing them."""
+    payload: dict[str, Any] = {"error": INTERRUPTED_ERROR, "interrupted": True, "tool": name}
+    for key, value in (resume or {}).items():
+        payload.setdefault(key, value)
+    return _tool_message(
+        call_id, name, json.dumps(payload, ensure_ascii=False), {"interrupted": True}
+    )
+
+
+def resumable_result(
+    call_id: str, name: str, resume: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The placeholder of an idempotent call that was running at a crash: the interrupted
+    result, marked so that ``session.resume()`` runs the call again."""
+    message = interrupted_result(call_id, name, resume)
+    message["metadata"] = {"interrupted": True, "resumable": True}
+    return message
+
+
+def finished_result(call_id: str, name: str, content: str) -> dict[str, Any]:
+    """The result a journal's ``finished`` record kept."""
+    return _tool_message(call_id, name, content, {"recovered": True})
+
+
+def is_placeholder(message: Mapping[str, Any]) -> bool:
+    """Whether ``message`` is a pending or resumable placeholder."""
+    metadata = message.get("metadata")
+    if message.get("role") != "tool" or not isinstance(metadata, Mapping):
+        return False
+    return bool(metadata.get("pending_approval") or metadata.get("resumable"))

@@ -184,6 +184,13 @@ class _Cancelled:
 
 _CANCELLED = _Cancelled()
 
+_ENDINGS = frozenset({LifecycleStage.FAILED, LifecycleStage.CANCELLED})
+
+
+def _ends_run(event: OrchestratorEvent) -> bool:
+    """Whether ``event`` is the run's last (FAILED or CANCELLED)."""
+    return event["stage"] in _ENDINGS
+
 
 def validate_plan(steps: Sequence[Any]) -> list[Step]:
     """The plan as steps; `ValueError` naming the problem when it is not a DAG of
@@ -401,78 +408,101 @@ class ReferenceOrchestrator:
 
     # -- the stages ------------------------------------------------------------------------
 
-    async def _events(  # noqa: PLR0915 - one flat generator: split, it would nest generators
-        self, run: OrchestrationRun
-    ) -> AsyncGenerator[OrchestratorEvent, None]:
-        """The events of one run; a failure is recorded in ``run.failure``, never raised."""
+    async def _events(self, run: OrchestrationRun) -> AsyncGenerator[OrchestratorEvent, None]:
+        """The events of one run, stage by stage: initialize, plan, the waves of steps,
+        aggregate and complete. The first FAILED or CANCELLED event is the last; a failure
+        is recorded in ``run.failure``, never raised."""
+        for stage in (self._initialize, self._planning, self._waves, self._aggregation):
+            async with contextlib.aclosing(stage(run)) as events:
+                async for event in events:
+                    yield event
+                    if _ends_run(event):
+                        return
+
+    async def _initialize(self, run: OrchestrationRun) -> AsyncGenerator[OrchestratorEvent, None]:
+        """The lifecycle's ``initialize``: INITIALIZE with the workers, or the ending."""
         done = await self._guard(run, self.lifecycle.initialize, run.context)
-        if isinstance(done, _Cancelled):
-            yield self._cancelled(run)
-            return
-        if isinstance(done, BaseException):
-            yield self._failed(run, _S.INITIALIZE, "initialize failed", done)
+        ending = self._ending(run, done, _S.INITIALIZE, "initialize failed")
+        if ending is not None:
+            yield ending
             return
         yield self._event(run, _S.INITIALIZE, {"workers": sorted(self._targets(run))})
 
-        planned = await self._guard(run, self._plan, run) if not self._stopping(run) else _CANCELLED
-        if isinstance(planned, _Cancelled):
-            yield self._cancelled(run)
-            return
-        if isinstance(planned, BaseException):
-            yield self._failed(run, _S.PLAN, "planning failed", planned)
+    async def _planning(self, run: OrchestrationRun) -> AsyncGenerator[OrchestratorEvent, None]:
+        """The plan (`_plan`): PLAN with its steps, all pending, or the ending."""
+        planned: Any = (
+            await self._guard(run, self._plan, run) if not self._stopping(run) else _CANCELLED
+        )
+        ending = self._ending(run, planned, _S.PLAN, "planning failed")
+        if ending is not None:
+            yield ending
             return
         run.steps = planned
         run.status = dict.fromkeys((step.id for step in planned), "pending")
         yield self._event(run, _S.PLAN, {"plan": list(planned), "num_steps": len(planned)})
 
+    async def _waves(self, run: OrchestrationRun) -> AsyncGenerator[OrchestratorEvent, None]:
+        """Wave after wave of the steps whose dependencies are done (`_wave`), until none
+        is left; CANCELLED when the run stops between two waves."""
         while True:
             if self._stopping(run):
                 yield self._cancelled(run)
                 return
             wave = run.next_wave()
             if not wave:
-                break
-            outcomes: list[StepOutcome] = []
-            for step in wave:
-                step_context = run.context.child().with_metadata(step_id=step.id)
-                try:
-                    decision = self.make_routing_decision(
-                        step.task, step_context, self._targets(run), target=step.target
-                    )
-                except ValueError as exc:
-                    yield self._failed(run, _S.ROUTE, f"step {step.id!r} has no target", exc)
-                    return
-                run.routing_decisions += 1
-                outcomes.append(StepOutcome(step, decision, step_context))
-                yield self._event(run, _S.ROUTE, {"decision": decision, "step": step}, step_context)
-            ran = (
-                await self._guard(run, self._run_wave, run, outcomes)
-                if not self._stopping(run)
-                else _CANCELLED
-            )
-            for outcome in outcomes:
-                self._record(run, outcome)
-                yield self._event(run, _S.EXECUTE, outcome.data(), outcome.context)
-            if isinstance(ran, _Cancelled) or run.cancelled:
-                yield self._cancelled(run)
                 return
-            if isinstance(ran, BaseException):
-                yield self._failed(run, _S.EXECUTE, "the wave failed", ran)
-                return
-            failed = [o for o in outcomes if o.failed]
-            if failed and run.strategy is not ErrorPropagation.CONTINUE:
-                yield self._step_failed(run, failed)
-                return
+            async with contextlib.aclosing(self._wave(run, wave)) as events:
+                async for event in events:
+                    yield event
+                    if _ends_run(event):
+                        return
 
-        if self._stopping(run):
-            yield self._cancelled(run)
+    async def _wave(
+        self, run: OrchestrationRun, wave: list[Step]
+    ) -> AsyncGenerator[OrchestratorEvent, None]:
+        """One wave: each step routed (ROUTE), the steps run together, each outcome
+        recorded (EXECUTE). A step without a target, the wave's failure or cancel, or a
+        failed step (unless the strategy is CONTINUE) ends the run."""
+        outcomes: list[StepOutcome] = []
+        for step in wave:
+            step_context = run.context.child().with_metadata(step_id=step.id)
+            try:
+                decision = self.make_routing_decision(
+                    step.task, step_context, self._targets(run), target=step.target
+                )
+            except ValueError as exc:
+                yield self._failed(run, _S.ROUTE, f"step {step.id!r} has no target", exc)
+                return
+            run.routing_decisions += 1
+            outcomes.append(StepOutcome(step, decision, step_context))
+            yield self._event(run, _S.ROUTE, {"decision": decision, "step": step}, step_context)
+        ran = (
+            await self._guard(run, self._run_wave, run, outcomes)
+            if not self._stopping(run)
+            else _CANCELLED
+        )
+        for outcome in outcomes:
+            self._record(run, outcome)
+            yield self._event(run, _S.EXECUTE, outcome.data(), outcome.context)
+        if run.cancelled:  # the run's cancel stopped the wave
+            ran = _CANCELLED
+        ending = self._ending(run, ran, _S.EXECUTE, "the wave failed")
+        if ending is not None:
+            yield ending
             return
-        output = await self._guard(run, self._aggregate, run)
-        if isinstance(output, _Cancelled):
-            yield self._cancelled(run)
-            return
-        if isinstance(output, BaseException):
-            yield self._failed(run, _S.AGGREGATE, "aggregation failed", output)
+        failed = [o for o in outcomes if o.failed]
+        if failed and run.strategy is not ErrorPropagation.CONTINUE:
+            yield self._step_failed(run, failed)
+
+    async def _aggregation(self, run: OrchestrationRun) -> AsyncGenerator[OrchestratorEvent, None]:
+        """The aggregate of the results (AGGREGATE), then COMPLETE with the run's summary;
+        or the ending."""
+        output = (
+            await self._guard(run, self._aggregate, run) if not self._stopping(run) else _CANCELLED
+        )
+        ending = self._ending(run, output, _S.AGGREGATE, "aggregation failed")
+        if ending is not None:
+            yield ending
             return
         yield self._event(
             run,
@@ -486,6 +516,17 @@ class ReferenceOrchestrator:
         summary["output"] = output
         summary["success"] = not (summary["failed_steps"] or summary["skipped_steps"])
         yield self._event(run, _S.COMPLETE, summary)
+
+    def _ending(
+        self, run: OrchestrationRun, outcome: Any, stage: LifecycleStage, message: str
+    ) -> OrchestratorEvent | None:
+        """The event that ends the run after a guarded piece of work (`_guard`):
+        CANCELLED, or FAILED at ``stage`` saying ``message``; None when it succeeded."""
+        if isinstance(outcome, _Cancelled):
+            return self._cancelled(run)
+        if isinstance(outcome, BaseException):
+            return self._failed(run, stage, message, outcome)
+        return None
 
     def _targets(self, run: OrchestrationRun) -> list[str]:
         """The names routing chooses from."""

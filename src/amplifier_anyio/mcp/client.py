@@ -157,6 +157,52 @@ _SERVER_KEYS = frozenset(
 _MODES = ("auto", "legacy")
 
 
+def _check_keys(where: str, entry: Any) -> None:
+    """A ``servers`` entry is a mapping of known keys."""
+    if not isinstance(entry, Mapping):
+        msg = f"{where}: expected a mapping, got {entry!r}"
+        raise ConfigError(msg)
+    for key in entry:
+        if key not in _SERVER_KEYS:
+            known = ", ".join(sorted(_SERVER_KEYS))
+            msg = f"{where}.{key}: unknown key (known: {known})"
+            raise ConfigError(msg)
+
+
+def _transport(where: str, entry: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """An entry's ``command`` (stdio) or ``url`` (streamable HTTP): exactly one, non-empty,
+    the URL http(s), and no key of the other transport."""
+    command, url = entry.get("command"), entry.get("url")
+    if (command is None) == (url is None):
+        msg = f"{where}: give exactly one of command (stdio) or url (streamable HTTP)"
+        raise ConfigError(msg)
+    for key, value in (("command", command), ("url", url), ("cwd", entry.get("cwd"))):
+        if value is not None and (not isinstance(value, str) or not value):
+            msg = f"{where}.{key}: expected a non-empty string, got {value!r}"
+            raise ConfigError(msg)
+    if url is not None and not str(url).startswith(("http://", "https://")):
+        msg = f"{where}.url: expected an http:// or https:// URL, got {url!r}"
+        raise ConfigError(msg)
+    stdio_only = ("args", "env", "cwd") if url is not None else ()
+    http_only = ("headers",) if command is not None else ()
+    for key in (*stdio_only, *http_only):
+        if entry.get(key) is not None:
+            kind = "a url" if url is not None else "a command"
+            msg = f"{where}.{key}: does not apply to a server given by {kind}"
+            raise ConfigError(msg)
+    return command, url
+
+
+def _reconnect(where: str, value: Any) -> int:
+    """``reconnect``: reconnections allowed, an integer >= 0 (a boolean counts 0 or 1)."""
+    if isinstance(value, bool):
+        value = int(value)
+    if not isinstance(value, int) or value < 0:
+        msg = f"{where}.reconnect: expected an integer >= 0 (or a boolean), got {value!r}"
+        raise ConfigError(msg)
+    return value
+
+
 def _claims_map(where: str, value: Any) -> tuple[tuple[str, Claims], ...]:
     """``claims``: MCP tool name (a glob) -> ``{reads: [...], writes: [...]}``."""
     if not isinstance(value, Mapping):
@@ -215,42 +261,13 @@ class MCPServerConfig:
     @classmethod
     def from_dict(cls, where: str, entry: Any) -> MCPServerConfig:
         """Parse one ``servers`` entry; errors name the key (``servers[1].url: ...``)."""
-        if not isinstance(entry, Mapping):
-            msg = f"{where}: expected a mapping, got {entry!r}"
-            raise ConfigError(msg)
-        for key in entry:
-            if key not in _SERVER_KEYS:
-                known = ", ".join(sorted(_SERVER_KEYS))
-                msg = f"{where}.{key}: unknown key (known: {known})"
-                raise ConfigError(msg)
+        _check_keys(where, entry)
         name = entry.get("name")
         if not isinstance(name, str) or not _NAME.match(name):
             msg = f"{where}.name: expected a name of letters, digits, '_' and '-', got {name!r}"
             raise ConfigError(msg)
-        command, url = entry.get("command"), entry.get("url")
-        if (command is None) == (url is None):
-            msg = f"{where}: give exactly one of command (stdio) or url (streamable HTTP)"
-            raise ConfigError(msg)
-        for key, value in (("command", command), ("url", url), ("cwd", entry.get("cwd"))):
-            if value is not None and (not isinstance(value, str) or not value):
-                msg = f"{where}.{key}: expected a non-empty string, got {value!r}"
-                raise ConfigError(msg)
-        if url is not None and not str(url).startswith(("http://", "https://")):
-            msg = f"{where}.url: expected an http:// or https:// URL, got {url!r}"
-            raise ConfigError(msg)
-        stdio_only = ("args", "env", "cwd") if url is not None else ()
-        http_only = ("headers",) if command is not None else ()
-        for key in (*stdio_only, *http_only):
-            if entry.get(key) is not None:
-                kind = "a url" if url is not None else "a command"
-                msg = f"{where}.{key}: does not apply to a server given by {kind}"
-                raise ConfigError(msg)
-        reconnect = entry.get("reconnect", 0)
-        if isinstance(reconnect, bool):
-            reconnect = int(reconnect)
-        if not isinstance(reconnect, int) or reconnect < 0:
-            msg = f"{where}.reconnect: expected an integer >= 0 (or a boolean), got {reconnect!r}"
-            raise ConfigError(msg)
+        command, url = _transport(where, entry)
+        reconnect = _reconnect(where, entry.get("reconnect", 0))
         optional = entry.get("optional", False)
         if not isinstance(optional, bool):
             msg = f"{where}.optional: expected a boolean, got {optional!r}"

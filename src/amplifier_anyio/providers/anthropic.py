@@ -275,43 +275,10 @@ class AnthropicProvider(HTTPProvider):
             payload["tools"] = tools
             if request.tool_choice is not None:
                 payload["tool_choice"] = _wire_tool_choice(request.tool_choice)
-        thinking = bool(kwargs.get("extended_thinking", self.extended_thinking))
-        if thinking:
-            budget = _budget(
-                kwargs.get("thinking_budget_tokens", self.thinking_budget), "thinking_budget_tokens"
-            )
-            # never above the configured max_tokens: the budget shrinks to fit instead
-            budget = min(budget, payload["max_tokens"] - 1)
-            if budget < _MIN_THINKING_BUDGET:
-                msg = (
-                    f"max_tokens ({payload['max_tokens']}) leaves no room for extended thinking "
-                    f"(a budget of at least {_MIN_THINKING_BUDGET} tokens below max_tokens)"
-                )
-                raise InvalidRequestError(msg, provider=self._name, model=payload["model"])
-            payload["thinking"] = {"type": "enabled", "budget_tokens": budget}
-            choice = payload.get("tool_choice", {}).get("type")
-            if choice in ("any", "tool"):
-                msg = (
-                    f"tool_choice {choice!r} cannot be used with extended thinking "
-                    "(the API accepts only auto or none)"
-                )
-                raise InvalidRequestError(msg, provider=self._name, model=payload["model"])
+        if kwargs.get("extended_thinking", self.extended_thinking):
+            payload["thinking"] = self._thinking(payload, kwargs)
         else:  # the API rejects a temperature together with extended thinking
-            temperature = (
-                request.temperature if request.temperature is not None else self.temperature
-            )
-            if temperature is not None:
-                payload["temperature"] = temperature
-            if request.top_p is not None:
-                if "temperature" not in payload or self.api_version.sampling_together:
-                    payload["top_p"] = request.top_p
-                else:
-                    _log.debug(
-                        "%s: top_p not sent: anthropic-version %s takes temperature or top_p, "
-                        "not both",
-                        self._name,
-                        self.api_version.version,
-                    )
+            self._sampling(payload, request)
         if request.stop:
             payload["stop_sequences"] = request.stop
         if self.prompt_caching:
@@ -319,6 +286,48 @@ class AnthropicProvider(HTTPProvider):
         if stream:
             payload["stream"] = True
         return payload
+
+    def _thinking(self, payload: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The ``thinking`` field of ``payload``: its budget (``thinking_budget_tokens``,
+        shrunk below ``max_tokens`` to fit); an error when no budget fits or the tool
+        choice forces a tool, which the API refuses with extended thinking."""
+        budget = _budget(
+            kwargs.get("thinking_budget_tokens", self.thinking_budget), "thinking_budget_tokens"
+        )
+        # never above the configured max_tokens: the budget shrinks to fit instead
+        budget = min(budget, payload["max_tokens"] - 1)
+        if budget < _MIN_THINKING_BUDGET:
+            msg = (
+                f"max_tokens ({payload['max_tokens']}) leaves no room for extended thinking "
+                f"(a budget of at least {_MIN_THINKING_BUDGET} tokens below max_tokens)"
+            )
+            raise InvalidRequestError(msg, provider=self._name, model=payload["model"])
+        choice = payload.get("tool_choice", {}).get("type")
+        if choice in ("any", "tool"):
+            msg = (
+                f"tool_choice {choice!r} cannot be used with extended thinking "
+                "(the API accepts only auto or none)"
+            )
+            raise InvalidRequestError(msg, provider=self._name, model=payload["model"])
+        return {"type": "enabled", "budget_tokens": budget}
+
+    def _sampling(self, payload: dict[str, Any], request: ChatRequest) -> None:
+        """Set ``temperature`` (the request's, else the provider's) and ``top_p`` on
+        ``payload``; an ``anthropic-version`` that takes one of them only gets the
+        temperature."""
+        temperature = request.temperature if request.temperature is not None else self.temperature
+        if temperature is not None:
+            payload["temperature"] = temperature
+        if request.top_p is None:
+            return
+        if "temperature" not in payload or self.api_version.sampling_together:
+            payload["top_p"] = request.top_p
+        else:
+            _log.debug(
+                "%s: top_p not sent: anthropic-version %s takes temperature or top_p, not both",
+                self._name,
+                self.api_version.version,
+            )
 
     def _system(self, text: str) -> str | list[dict[str, Any]]:
         if not self.prompt_caching:

@@ -8,7 +8,8 @@ loop). Both ask this module what to do, so they cannot drift:
   and the reminder of the one last call at the limit (``limit_reminder``);
 - what a response means (``next_step``): the answer,
   a server pause to go on from, or a batch of tool calls;
-- the status an answer gives (``answer_status``);
+- the status an answer gives (``answer_status``), and the text and status of a turn a
+  hook denied (``denial``);
 - the order the results of a batch are appended in (call order, whatever finished first:
   ``ordered_results``) and how a call
   without a result is answered: *cancelled* when a cancel stopped it, *interrupted* when
@@ -29,8 +30,8 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..contexts._journal import interrupted_result
-from ..kernel._turns import TurnStatus
+from ..kernel._turns import TurnStatus, interrupted_result
+from ..models import HookResult
 from ._progress import ProgressVerdict, ProgressWatch
 from ._requests import LOOP_LIMIT_REMINDER
 from ._tool_batch import cancelled_result
@@ -43,6 +44,7 @@ __all__ = (
     "within_limit",
     "next_step",
     "answer_status",
+    "denial",
     "limit_reminder",
     "execution_status",
     "ordered_results",
@@ -107,6 +109,11 @@ def answer_status(finish_reason: str | None, *, at_limit: bool = False) -> TurnS
     if at_limit or finish_reason in INCOMPLETE_FINISH_REASONS or finish_reason == PAUSE_TURN:
         return TurnStatus.INCOMPLETE
     return TurnStatus.SUCCESS
+
+
+def denial(result: HookResult) -> tuple[str, TurnStatus]:
+    """The text and status of a turn that ``result``, a hook's deny, ended."""
+    return f"Operation denied: {result.reason or 'no reason given'}", TurnStatus.INCOMPLETE
 
 
 def limit_reminder() -> dict[str, Any]:

@@ -21,10 +21,14 @@ every attempt that delivered one (a loser that finished before its cancel took e
 an attempt cancelled mid-flight reported nothing to count. With a cassette installed the
 calls are recorded one by one and hedging is off (a replay must make the recorded calls in
 the recorded order).
+
+A leaf of the provider call (``runtime/_provider_call``): it reads the turn's providers,
+hooks and streaming flag, and asks each provider through ``runtime/_streaming``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import weakref
@@ -34,11 +38,10 @@ import anyio
 import anyio.lowlevel
 import attrs
 
-from ..errors import ConfigError, StreamError
+from ..errors import ConfigError
 from ..events import PROVIDER_FAILOVER, PROVIDER_HEDGE, PROVIDER_HEDGE_SETTLED
-from ..kernel._foreign import chat_response_of
 from ..models import ChatRequest, ChatResponse, Usage
-from ._streaming import STREAM_EVENTS, stream_opener, stream_payload
+from ._streaming import ask
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -110,24 +113,17 @@ class _Race:
             send.send_nowait(("done", attempt, response))
 
     async def call(self, attempt: _Attempt) -> ChatResponse:
-        stream = stream_opener(attempt.provider) if self.turn.streaming else None
-        if stream is None:
-            response = await attempt.provider.complete(self.request, **self.kwargs)
-            return _converted(response, attempt.name)
-        final: ChatResponse | None = None
-        async with stream(self.request, **self.kwargs) as events:
-            async for event in events:
-                kind = event.get("type")
-                if kind == "response":
-                    final = event["response"]
-                elif kind in STREAM_EVENTS:
-                    if not attempt.answered:
-                        await self.claim_or_lose(attempt)
-                    await self.turn.hooks.emit(kind, stream_payload(attempt.name, event))
-        if final is None:
-            msg = "the stream ended without a response"
-            raise StreamError(msg, provider=attempt.name)
-        return _converted(final, attempt.name)
+        """Ask the attempt's provider; a stream claims the win at its first content
+        event (or stops there, beaten)."""
+        return await ask(
+            attempt.provider,
+            attempt.name,
+            self.request,
+            self.kwargs,
+            self.turn.hooks,
+            streaming=self.turn.streaming,
+            first=functools.partial(self.claim_or_lose, attempt),
+        )
 
     def claim(self, attempt: _Attempt) -> bool:
         """Take the win if nobody holds it; the others are cancelled. No await: the check
@@ -263,12 +259,6 @@ def _cancel(attempt: _Attempt, reason: str) -> None:
     """Cancel a losing attempt, saying why (its scope's reason, and a debug line)."""
     logger.debug("provider attempt %r cancelled: %s", attempt.name, reason)
     attempt.scope.cancel(reason)
-
-
-def _converted(response: Any, name: str) -> ChatResponse:
-    if isinstance(response, ChatResponse):
-        return response
-    return chat_response_of(response, origin=f"provider {name!r}")
 
 
 def _provider(turn: Turn, name: str) -> Any:

@@ -25,6 +25,7 @@ __all__ = (
     "select_provider",
     "apply_injections",
     "pending_injection",
+    "ephemeral_injection",
     "build_request",
     "chat_request",
     "tool_calls_of",
@@ -86,6 +87,15 @@ def pending_injection(result: HookResult) -> dict[str, Any]:
         "content": result.context_injection,
         "append_to_last_tool_result": result.append_to_last_tool_result,
     }
+
+
+def ephemeral_injection(result: HookResult) -> dict[str, Any] | None:
+    """The injection a hook result asks for the next request only (an ephemeral
+    ``inject_context``), as [`pending_injection`][amplifier_anyio.runtime.pending_injection]
+    gives it; None when it asks for none."""
+    if result.action == "inject_context" and result.ephemeral and result.context_injection:
+        return pending_injection(result)
+    return None
 
 
 def apply_injections(

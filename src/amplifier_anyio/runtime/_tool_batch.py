@@ -46,15 +46,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from ..contexts._journal import ArgumentsChangedError, pending_result
-from ..errors import ApprovalDeferred, ContextWriteError, unwrap_group
+from ..errors import ApprovalDeferred, ArgumentsChangedError, ContextWriteError, unwrap_group
 from ..events import TOOL_ERROR, TOOL_POST, TOOL_PRE
 from ..kernel._cancellation import CancellationToken
 from ..kernel._coordinator import ModuleCoordinator
 from ..kernel._foreign import tool_result_of
 from ..kernel._handle import TurnHandle
 from ..kernel._tracing import ToolCallContext, _tool_call, current_trace_id, tool_call_scope
-from ..kernel._turns import PendingApproval
+from ..kernel._turns import PendingApproval, pending_result
 from ..models import INVALID_ARGUMENTS_KEY, HookResult, ToolCall, ToolResult, unstructure
 from ..models._validators import number
 from ._claims import ClaimTable, claim_table

@@ -45,30 +45,22 @@ from ..events import (
     CANCEL_COMPLETED,
     EXECUTION_END,
     EXECUTION_START,
-    LLM_REQUEST,
-    LLM_RESPONSE,
     ORCHESTRATOR_COMPLETE,
     PROMPT_COMPLETE,
     PROMPT_SUBMIT,
-    PROVIDER_CACHE,
-    PROVIDER_ERROR,
-    PROVIDER_REQUEST,
-    PROVIDER_RESPONSE,
-    PROVIDER_TOOL_SEQUENCE_REPAIRED,
 )
 from ..kernel._budget import BUDGET_FINISH_REASON
-from ..kernel._foreign import chat_response_of
 from ..kernel._handle import turn_scope
 from ..kernel._tracing import trace_scope
 from ..kernel._turns import PendingApproval, TurnResult, TurnStatus
-from ..models import ChatRequest, ChatResponse, HookResult, ToolCall, Usage, unstructure
-from ..models._pricing import PriceTable
+from ..models import ChatResponse, HookResult, ToolCall, Usage
 from ..models._validators import number
 from ._policy import (
     INCOMPLETE_FINISH_REASONS,
     PAUSE_TURN,
     Step,
     answer_status,
+    denial,
     execution_status,
     halted_status,
     next_step,
@@ -76,22 +68,13 @@ from ._policy import (
     within_limit,
 )
 from ._progress import DEFAULT_REPEATS, NO_PROGRESS_FINISH_REASON, ProgressWatch
-from ._prompt_cache import report_cache
-from ._race import PROVIDERS_POLICY, call_with_policy
+from ._provider_call import call_provider
 from ._requests import (
-    LOOP_LIMIT_REMINDER,
     assistant_message,
-    chat_request,
-    error_payload,
-    inject,
-    llm_request_payload,
-    llm_response_payload,
-    pending_injection,
-    request_messages,
+    ephemeral_injection,
     select_provider,
     tool_calls_of,
 )
-from ._streaming import relay_stream, stream_opener
 from ._tool_batch import ToolBatch, ToolBatchConfig
 from ._writes import bounded_write
 
@@ -398,112 +381,9 @@ class Turn:
     async def call_provider(
         self, provider: Provider, *, with_tools: bool, reminder: bool = False
     ) -> ChatResponse | None:
-        """One provider call with its events; None when a hook denied it."""
-        stream = self.streaming and stream_opener(provider) is not None
-        payload: dict[str, Any] = {
-            "provider": self.provider_name,
-            "iteration": self.iterations,
-            "stream": stream,
-        }
-        if reminder:
-            payload["max_reached"] = True
-        if self.handle.budget.over is not None:
-            # a spent budget here or above: no call starts (the turn owning the limit was
-            # cancelled when it ran out, and this scope is inside it)
-            await anyio.lowlevel.checkpoint_if_cancelled()
-            self.status = TurnStatus.CANCELLED
-            return None
-        requested = await self.hook(PROVIDER_REQUEST, payload)
-        if requested.action == "deny":
-            self.deny(requested)
-            return None
-        self.queue_ephemeral(requested)
-        request = await self._request(provider, with_tools=with_tools, reminder=reminder)
-        kwargs = {"extended_thinking": True} if self.config.extended_thinking else {}
-        self.iterations += 1
-        if self.hooks.has_handlers(LLM_REQUEST):  # the whole request: only for a listener
-            asked = llm_request_payload(self.provider_name, request, provider)
-            await self.hooks.emit(LLM_REQUEST, asked)
-        try:
-            response = await self._complete(provider, request, kwargs)
-        except Exception as exc:
-            await self.hooks.emit(PROVIDER_ERROR, error_payload(self.provider_name, exc))
-            raise
-        if response.usage is not None:
-            usage = self._priced(request, response)
-            self.usage = self.usage + usage
-            self.handle.budget.charge_usage(usage, float(usage.cost_usd or 0))
-        if self.hooks.has_handlers(PROVIDER_CACHE):  # which part of the prompt prefix changed
-            await report_cache(self, request, response, module=provider)
-        self.finish_reason = response.finish_reason
-        if self.hooks.has_handlers(LLM_RESPONSE):
-            await self.hooks.emit(LLM_RESPONSE, llm_response_payload(self.provider_name, response))
-        meta = response.metadata or {}
-        await self.hooks.emit(
-            PROVIDER_RESPONSE,
-            {
-                "provider": self.provider_name,
-                "usage": unstructure(response.usage) if response.usage else None,
-                "tool_calls": len(response.tool_calls or ()),
-                "finish_reason": response.finish_reason,
-                "response_id": meta.get("response_id"),
-                "model": meta.get("model"),
-            },
-        )
-        return response
-
-    def _priced(self, request: ChatRequest, response: ChatResponse) -> Usage:
-        """A call's usage with its dollars: the provider's own ``cost_usd`` (its ``pricing``
-        table, by model), else the price its plan entry's ``config.pricing`` gives (a
-        provider that does not price, an upstream one), by the same rules; without a price
-        ``cost_usd`` stays None (and the budget charges 0)."""
-        usage = response.usage
-        assert usage is not None
-        if usage.cost_usd is None:
-            spec = self.coordinator.provider_specs.get(self.provider_name)
-            table = PriceTable.from_config(spec.config.get("pricing") if spec else None)
-            answered = (response.metadata or {}).get("model")
-            priced = table.priced(
-                usage, request.model, answered if isinstance(answered, str) else None
-            )
-            usage = priced if priced is not None else usage
-        return usage
-
-    async def _request(
-        self, provider: Provider, *, with_tools: bool, reminder: bool
-    ) -> ChatRequest:
-        # the context's kept view when it offers one (request_view), else its dicts
-        messages, repaired = await request_messages(self.context, provider)
-        if repaired:
-            logger.error("answered %d tool calls without a recorded result", len(repaired))
-            await self.hooks.emit(
-                PROVIDER_TOOL_SEQUENCE_REPAIRED,
-                {"provider": self.provider_name, "tool_call_ids": list(repaired)},
-            )
-        injections, self.injections = self.injections, []
-        if reminder:
-            injections.append({"role": "user", "content": LOOP_LIMIT_REMINDER})
-        return chat_request(
-            inject(messages, injections),
-            self.tools if with_tools else None,
-            reasoning_effort=self.config.reasoning_effort,
-        )
-
-    async def _complete(
-        self, provider: Provider, request: ChatRequest, kwargs: dict[str, Any]
-    ) -> ChatResponse:
-        policy = self.coordinator.get_capability(PROVIDERS_POLICY)
-        if policy is not None:  # failover and hedging: the call is a race (runtime/_race)
-            return await call_with_policy(self, policy, request, kwargs)
-        stream = stream_opener(provider) if self.streaming else None
-        if stream is None:
-            response: Any = await provider.complete(request, **kwargs)
-        else:
-            response = await relay_stream(stream(request, **kwargs), self.hooks, self.provider_name)
-        if isinstance(response, ChatResponse):
-            return response
-        # An amplifier-core provider's pydantic ChatResponse (kernel/_foreign).
-        return chat_response_of(response, origin=f"provider {self.provider_name!r}")
+        """One provider call with its events; None when it did not start (a spent budget,
+        a hook's deny). The whole path, request to response, is ``runtime/_provider_call``."""
+        return await call_provider(self, provider, with_tools=with_tools, reminder=reminder)
 
     async def answer(self, response: ChatResponse) -> None:
         """End the turn with ``response`` as the answer (stored, and its text returned)."""
@@ -530,13 +410,13 @@ class Turn:
 
     def queue_ephemeral(self, result: HookResult) -> None:
         """Keep an ephemeral injection for the next request only."""
-        if result.action == "inject_context" and result.ephemeral and result.context_injection:
-            self.injections.append(pending_injection(result))
+        injection = ephemeral_injection(result)
+        if injection is not None:
+            self.injections.append(injection)
 
     def deny(self, result: HookResult) -> None:
         """End the turn as a hook's deny (status ``incomplete``, the reason as text)."""
-        self.text = f"Operation denied: {result.reason or 'no reason given'}"
-        self.status = TurnStatus.INCOMPLETE
+        self.text, self.status = denial(result)
 
     # -- the end ---------------------------------------------------------------------------
 

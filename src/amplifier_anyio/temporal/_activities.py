@@ -22,11 +22,12 @@ import anyio
 import attrs
 from temporalio import activity
 
-from ..contexts._journal import ArgumentsChangedError, call_digest
+from ..errors import ArgumentsChangedError
 from ..events import PROMPT_SUBMIT
 from ..kernel._handle import TurnHandle
 from ..kernel._mount_plan import MountPlan
 from ..kernel._tracing import ToolCallContext, trace_scope
+from ..kernel._turns import call_digest
 from ..models import ToolCall, ToolResult, structure, unstructure
 from ..runtime._requests import assistant_message, select_provider, tool_calls_of
 from ..runtime._tool_batch import ToolBatch

@@ -256,6 +256,26 @@ async def check_tool(tool: Any, sample_input: Mapping[str, Any] | None = None) -
     input without the
     schema's required keys is answered — an error result or an exception — not hung on).
     """
+    name, schema, execute = _tool_shape(tool)
+    tool_input = dict(sample_input or {})
+    await _check_tool_result(name, execute, tool_input)
+    if inspect.iscoroutinefunction(execute):
+        await _lets_cancellation_through(
+            "tool.cancellation", "execute", lambda: execute(dict(tool_input))
+        )
+    required = schema.get("required") or ()
+    if required:
+        try:
+            await _bounded("tool.bad_input", "execute({})", lambda: _call(execute, {}))
+        except ConformanceError:
+            raise
+        except Exception:  # noqa: BLE001, S110 - an exception is an answer: the batch reports it
+            pass
+
+
+def _tool_shape(tool: Any) -> tuple[str, Mapping[str, Any], Callable[..., Any]]:
+    """The rules ``tool.name``, ``tool.description`` and ``tool.schema``; the tool's
+    name, input schema and ``execute``."""
     name = getattr(tool, "name", None)
     _require(
         isinstance(name, str) and _TOOL_NAME.match(name),
@@ -274,6 +294,7 @@ async def check_tool(tool: Any, sample_input: Mapping[str, Any] | None = None) -
         "tool.schema",
         f'input_schema must be a JSON schema with "type": "object", got {schema!r}',
     )
+    assert isinstance(name, str)
     assert isinstance(schema, Mapping)
     try:
         json.dumps(schema)
@@ -281,7 +302,14 @@ async def check_tool(tool: Any, sample_input: Mapping[str, Any] | None = None) -
         raise ConformanceError("tool.schema", f"input_schema is not JSON: {exc}") from exc
     execute = getattr(tool, "execute", None)
     _require(callable(execute), "tool.result", "the tool has no execute()")
-    tool_input = dict(sample_input or {})
+    assert execute is not None
+    return name, schema, execute
+
+
+async def _check_tool_result(
+    name: str, execute: Callable[..., Any], tool_input: dict[str, Any]
+) -> None:
+    """The rules ``tool.result`` and ``tool.output`` on the sample input."""
     try:
         value = await _bounded("tool.result", "execute", lambda: _call(execute, tool_input))
     except ConformanceError:
@@ -299,18 +327,6 @@ async def check_tool(tool: Any, sample_input: Mapping[str, Any] | None = None) -
     except Exception as exc:
         raise ConformanceError("tool.output", f"the output does not serialise: {exc}") from exc
     _require(isinstance(output, str), "tool.output", f"serialised to {type(output).__name__}")
-    if inspect.iscoroutinefunction(execute):
-        await _lets_cancellation_through(
-            "tool.cancellation", "execute", lambda: execute(dict(tool_input))
-        )
-    required = schema.get("required") or ()
-    if required:
-        try:
-            await _bounded("tool.bad_input", "execute({})", lambda: _call(execute, {}))
-        except ConformanceError:
-            raise
-        except Exception:  # noqa: BLE001, S110 - an exception is an answer: the batch reports it
-            pass
 
 
 # -- providers ------------------------------------------------------------------------------
@@ -337,46 +353,9 @@ async def check_provider(provider: Any, request: ChatRequest | None = None) -> N
     deltas adding up to the response's text).
     """
     request = request or _HELLO
-    name = getattr(provider, "name", None)
-    _require(isinstance(name, str) and name, "provider.name", f"got {name!r}")
-    info = provider.get_info()
-    _require(isinstance(info, ProviderInfo), "provider.info", f"get_info() gave {info!r}")
-    for key in ("context_window", "max_output_tokens"):
-        value = info.defaults.get(key)
-        _require(
-            value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0),
-            "provider.info",
-            f"defaults[{key!r}] must be a positive whole number, got {value!r}",
-        )
-    try:
-        models = await _bounded("provider.models", "list_models()", provider.list_models)
-    except LLMError:
-        models = []  # the server refused (a compatible server without /models): not the module
-    _require(
-        isinstance(models, list) and all(isinstance(m, ModelInfo) for m in models),
-        "provider.models",
-        f"list_models() gave {models!r}",
-    )
-    before = unstructure(request)
-    try:
-        value = await _bounded(
-            "provider.complete", "complete()", lambda: provider.complete(request)
-        )
-    except ConformanceError:
-        raise
-    except Exception as exc:
-        raise ConformanceError(
-            "provider.complete", f"complete() raised {type(exc).__name__}: {exc}"
-        ) from exc
-    try:
-        response = chat_response_of(value, origin=f"provider {name!r}")
-    except Exception as exc:
-        raise ConformanceError("provider.complete", f"complete() gave {value!r}: {exc}") from exc
-    _require(
-        unstructure(request) == before,
-        "provider.request_untouched",
-        "complete() changed the request it was given",
-    )
+    _check_provider_info(provider)
+    await _check_models(provider)
+    response = await _checked_complete(provider, request)
     _check_tool_calls(provider, response)
     _check_parsed_calls(provider)
     await _lets_cancellation_through(
@@ -392,6 +371,59 @@ async def check_provider(provider: Any, request: ChatRequest | None = None) -> N
                     pass
 
         await _lets_cancellation_through("provider.cancellation", "open_stream()", consume)
+
+
+def _check_provider_info(provider: Any) -> None:
+    """The rules ``provider.name`` and ``provider.info``."""
+    name = getattr(provider, "name", None)
+    _require(isinstance(name, str) and name, "provider.name", f"got {name!r}")
+    info = provider.get_info()
+    _require(isinstance(info, ProviderInfo), "provider.info", f"get_info() gave {info!r}")
+    for key in ("context_window", "max_output_tokens"):
+        value = info.defaults.get(key)
+        _require(
+            value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0),
+            "provider.info",
+            f"defaults[{key!r}] must be a positive whole number, got {value!r}",
+        )
+
+
+async def _check_models(provider: Any) -> None:
+    """The rule ``provider.models`` (a server that refuses ``/models`` is let be)."""
+    try:
+        models = await _bounded("provider.models", "list_models()", provider.list_models)
+    except LLMError:
+        models = []  # the server refused (a compatible server without /models): not the module
+    _require(
+        isinstance(models, list) and all(isinstance(m, ModelInfo) for m in models),
+        "provider.models",
+        f"list_models() gave {models!r}",
+    )
+
+
+async def _checked_complete(provider: Any, request: ChatRequest) -> ChatResponse:
+    """The rules ``provider.complete`` and ``provider.request_untouched``: the response."""
+    before = unstructure(request)
+    try:
+        value = await _bounded(
+            "provider.complete", "complete()", lambda: provider.complete(request)
+        )
+    except ConformanceError:
+        raise
+    except Exception as exc:
+        raise ConformanceError(
+            "provider.complete", f"complete() raised {type(exc).__name__}: {exc}"
+        ) from exc
+    try:
+        response = chat_response_of(value, origin=f"provider {provider.name!r}")
+    except Exception as exc:
+        raise ConformanceError("provider.complete", f"complete() gave {value!r}: {exc}") from exc
+    _require(
+        unstructure(request) == before,
+        "provider.request_untouched",
+        "complete() changed the request it was given",
+    )
+    return response
 
 
 _CALLS = (
