@@ -40,11 +40,10 @@ from ..events import (
 from ..kernel._turns import TurnStatus
 from ..models import ChatRequest, ChatResponse, Usage, unstructure
 from ..models._pricing import PriceTable
-from ._policy import denial
+from ._policy import denial, limit_reminder
 from ._prompt_cache import report_cache
 from ._race import PROVIDERS_POLICY, call_with_policy
 from ._requests import (
-    LOOP_LIMIT_REMINDER,
     chat_request,
     ephemeral_injection,
     error_payload,
@@ -167,7 +166,7 @@ async def _request(
         )
     injections, turn.injections = turn.injections, []
     if reminder:
-        injections.append({"role": "user", "content": LOOP_LIMIT_REMINDER})
+        injections.append(limit_reminder())
     return chat_request(
         inject(messages, injections),
         turn.tools if with_tools else None,

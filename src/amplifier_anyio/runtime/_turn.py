@@ -365,6 +365,8 @@ class Turn:
     def watch(self, batch: ToolBatch) -> None:
         """Feed the batch's finished calls to the no-progress watch, in call order: a
         reminder for the next request, or the turn halted (``runtime/_progress``)."""
+        if self.progress is None:  # no_progress: off
+            return
         outcomes = [
             (call.name, call.arguments, ok, content)
             for call, ok, content in zip(
