@@ -450,12 +450,7 @@ class Delegation:
         """
         parent = parent_session if parent_session is not None else self.session
         configs = agent_configs if agent_configs is not None else agent_configs_of(parent)
-        if agent_name == _SELF:
-            agent: Mapping[str, Any] = {}
-        elif agent_name not in configs:
-            raise DelegationError(f"Agent '{agent_name}' not found")
-        else:
-            agent = configs[agent_name]
+        agent = _agent_named(configs, agent_name)
         self._check_depth(parent, agent_name)
         if use_subprocess:
             logger.warning(
@@ -465,19 +460,7 @@ class Delegation:
         config = _child_config(parent, agent)
         _filtered(config, "tools", tool_inheritance, _modules_of(agent, "tools"))
         _filtered(config, "hooks", hook_inheritance, _modules_of(agent, "hooks"))
-        session_table = config.setdefault("session", {})
-        if orchestrator_config:
-            orchestrator = session_table.get("orchestrator")
-            if isinstance(orchestrator, str):
-                table = config.setdefault("orchestrator", {})
-                table["config"] = {**(table.get("config") or {}), **orchestrator_config}
-            elif isinstance(orchestrator, dict):
-                orchestrator["config"] = {
-                    **(orchestrator.get("config") or {}),
-                    **orchestrator_config,
-                }
-        if session_metadata:
-            session_table["metadata"] = dict(session_metadata)
+        _with_session_settings(config, orchestrator_config, session_metadata)
         child_id = sub_session_id or f"{parent.session_id}-{uuid.uuid4().hex[:16]}_{agent_name}"
         transcript = child_transcript_path(config, child_id)
         record = _Child(agent=agent_name, transcript=transcript)
@@ -743,6 +726,36 @@ def _child_config(parent: Any, agent: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(own, int) and not isinstance(own, bool) and own > limit:
         session["max_agent_depth"] = limit
     return config
+
+
+def _agent_named(configs: Mapping[str, Any], agent_name: str) -> Mapping[str, Any]:
+    """The overlay of agent ``agent_name`` (``self``: none); a `DelegationError` when the
+    plan has no such agent."""
+    if agent_name == _SELF:
+        return {}
+    if agent_name not in configs:
+        raise DelegationError(f"Agent '{agent_name}' not found")
+    agent: Mapping[str, Any] = configs[agent_name]
+    return agent
+
+
+def _with_session_settings(
+    config: dict[str, Any],
+    orchestrator_config: Mapping[str, Any] | None,
+    metadata: Mapping[str, Any] | None,
+) -> None:
+    """The caller's orchestrator config merged over the child plan's, and its session
+    metadata, in place (upstream's ``orchestrator_config`` / ``session_metadata``)."""
+    session_table = config.setdefault("session", {})
+    if orchestrator_config:
+        orchestrator = session_table.get("orchestrator")
+        if isinstance(orchestrator, str):
+            table = config.setdefault("orchestrator", {})
+            table["config"] = {**(table.get("config") or {}), **orchestrator_config}
+        elif isinstance(orchestrator, dict):
+            orchestrator["config"] = {**(orchestrator.get("config") or {}), **orchestrator_config}
+    if metadata:
+        session_table["metadata"] = dict(metadata)
 
 
 def _depth_limit(parent: Any) -> int:

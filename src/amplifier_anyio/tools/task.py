@@ -273,19 +273,9 @@ class TaskTool:
             if call is not None:
                 # a cut answer names the child too, so that the model can resume it
                 await call.note_resume(session_id=child_id)
-            if resume_id:
-                answer = await run(sub_session_id=resume_id, instruction=instruction)
-            else:
-                answer = await run(
-                    agent_name=agent,
-                    instruction=instruction,
-                    parent_session=coordinator.session,
-                    agent_configs=self._agents(),
-                    sub_session_id=child_id,
-                    tool_inheritance=self.tool_inheritance,
-                    hook_inheritance=self.hook_inheritance,
-                    **extra,
-                )
+            answer = await self._run(
+                run, instruction, agent=agent, resume_id=resume_id, child_id=child_id, extra=extra
+            )
         except Exception as exc:  # noqa: BLE001 - a failed delegation is this call's error
             message = f"Delegation failed: {exc}"
             ended.update(status="error", error=message)
@@ -298,17 +288,47 @@ class TaskTool:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_EVENT_TIMEOUT):
                 await hooks.emit(TASK_AGENT_COMPLETED, ended)
             raise
-        ended.update(
-            agent=started["agent"],
-            success=answer_succeeded(answer),
-            status=str(answer.get("status", "success")),
-            turn_count=answer.get("turn_count"),
-            usage=answer.get("usage"),
-            cost_usd=answer.get("cost_usd"),
-            finish_reason=answer.get("finish_reason"),
-        )
-        await hooks.emit(TASK_AGENT_COMPLETED, ended)
+        await hooks.emit(TASK_AGENT_COMPLETED, _completed(ended, answer))
         return task_answer(answer, child_id)
+
+    async def _run(
+        self,
+        run: Any,
+        instruction: str,
+        *,
+        agent: str | None,
+        resume_id: str | None,
+        child_id: str,
+        extra: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The child's answer: ``session.resume`` for ``resume_id``, else ``session.spawn``."""
+        if resume_id:
+            resumed: dict[str, Any] = await run(sub_session_id=resume_id, instruction=instruction)
+            return resumed
+        spawned: dict[str, Any] = await run(
+            agent_name=agent,
+            instruction=instruction,
+            parent_session=self.coordinator.session,
+            agent_configs=self._agents(),
+            sub_session_id=child_id,
+            tool_inheritance=self.tool_inheritance,
+            hook_inheritance=self.hook_inheritance,
+            **extra,
+        )
+        return spawned
+
+
+def _completed(ended: dict[str, Any], answer: Mapping[str, Any]) -> dict[str, Any]:
+    """``task:agent_completed`` for a child that answered: its outcome and what it spent."""
+    return {
+        **ended,
+        "success": answer_succeeded(answer),
+        "status": str(answer.get("status", "success")),
+        "turn_count": answer.get("turn_count"),
+        "usage": answer.get("usage"),
+        "cost_usd": answer.get("cost_usd"),
+        "finish_reason": answer.get("finish_reason"),
+    }
 
 
 def _spent(coordinator: Any, child_id: str) -> dict[str, Any]:
