@@ -86,6 +86,39 @@ def _budget(limits: dict[str, Any] | None) -> Budget:
     )
 
 
+def _charge(turn: _TurnState, result: dict[str, Any], spent: dict[str, Any]) -> None:
+    """What a child spent, charged to its parent's turn, as in-process it is charged up
+    the tree: its usage, tool calls and dollars, and the calls its remainder refused (this
+    budget's limit)."""
+    turn.usage = _add_usage(turn.usage, result["usage"])
+    for meter in turn.meter.chain():
+        meter.tool_calls += int(spent["tool_calls"])
+    turn.meter.charge_usage(structure(result["usage"] or {}, Usage), float(spent["cost_usd"] or 0))
+    if spent["refused"]:
+        turn.meter.charge_tool_calls(int(spent["refused"]))
+
+
+async def _settled(turn: _TurnState, handles: list[asyncio.Future[Any]]) -> bool:
+    """Wait for every call of a round; whether a cancel came meanwhile. On a cancel the
+    turn is marked cut first (its children see it), then each call is cancelled and still
+    awaited: with WAIT_CANCELLATION_COMPLETED each settles as what really happened to it,
+    and a second cancel (a deadline and the parent's cancel at once) changes nothing."""
+    try:
+        await asyncio.wait(handles)
+    except asyncio.CancelledError:
+        turn.cut = True
+        for handle in handles:
+            handle.cancel()
+        while True:
+            try:
+                await asyncio.wait(handles)
+                break
+            except asyncio.CancelledError:
+                continue  # the caller re-raises once every call is answered
+        return True
+    return False
+
+
 def _add_usage(total: dict[str, Any], usage: dict[str, Any] | None) -> dict[str, Any]:
     if not usage:
         return total
@@ -496,6 +529,20 @@ class SessionWorkflow:
             unfinished[call_id] = "cancelled"  # held, never decided: a cancel ended the wait
         self._pending.clear()
         self._decisions.clear()
+        self._record(turn, calls, results, unfinished)
+        if cancelled:
+            raise asyncio.CancelledError
+
+    def _record(
+        self,
+        turn: _TurnState,
+        calls: list[dict[str, Any]],
+        results: dict[str, dict[str, Any]],
+        unfinished: dict[str, str],
+    ) -> None:
+        """Append the batch's results in call order (an unfinished call answered cancelled
+        or interrupted, with what its tool noted), the hooks' injections, and feed the
+        no-progress watch."""
 
         def answer(call_id: str, name: str) -> dict[str, Any]:
             noted = self._noted.pop(call_id, None)  # a cut child: its id, to resume it
@@ -530,8 +577,6 @@ class SessionWorkflow:
         if step.problem is not None and turn.halted is None:
             turn.halted = NO_PROGRESS_FINISH_REASON
             turn.problems.append(step.problem)
-        if cancelled:
-            raise asyncio.CancelledError
 
     async def _run_calls(
         self,
@@ -544,23 +589,13 @@ class SessionWorkflow:
         """Run ``calls`` (index, call, decision) at once, each its own activity; their
         results, the unfinished and the held go where they belong. Whether a cancel came."""
         spec = self._settings["tools"]
-        session_id = workflow.info().workflow_id
         handles: list[asyncio.Future[Any]] = []
         for index, call, decision in calls:
             if call.get("delegate") and decision is None:  # a task call: a child workflow
                 handles.append(asyncio.create_task(self._delegate(turn, index, call, group)))
                 continue
             attempts = int(spec["maximum_attempts"]) if call.get("idempotent") else 1
-            request: dict[str, Any] = {
-                "plan": self._settings["plan"],
-                "session_id": session_id,
-                "trace_id": turn.trace_id,
-                "trace_root": turn.trace_root,
-                "call": {k: call[k] for k in ("id", "name", "arguments")},
-                "index": index,
-                "group": group,
-                "key": f"{session_id}/{call['id']}",
-            }
+            request = self._tool_request(turn, index, call, group)
             attempt = ""
             if decision is not None:
                 request["decision"] = decision
@@ -573,21 +608,7 @@ class SessionWorkflow:
                     **_options(spec, attempts),
                 )
             )
-        cancelled = False
-        try:
-            await asyncio.wait(handles)
-        except asyncio.CancelledError:
-            cancelled = turn.cut = True
-            for handle in handles:
-                handle.cancel()
-            # WAIT_CANCELLATION_COMPLETED: each settles as what really happened to it; a
-            # second cancel (a deadline and the parent's cancel at once) changes nothing
-            while True:
-                try:
-                    await asyncio.wait(handles)
-                    break
-                except asyncio.CancelledError:
-                    continue  # re-raised below, once every call is answered
+        cancelled = await _settled(turn, handles)
         for (_, call, _), handle in zip(calls, handles, strict=True):
             call_id = str(call["id"])
             error = None if handle.cancelled() else handle.exception()
@@ -712,15 +733,7 @@ class SessionWorkflow:
             "messages": outcome["messages"],
             "children": outcome["children"],
         }
-        turn.usage = _add_usage(turn.usage, result["usage"])
-        # what the child spent is charged here, as in-process it is charged up the tree
-        for meter in turn.meter.chain():
-            meter.tool_calls += int(spent["tool_calls"])
-        turn.meter.charge_usage(
-            structure(result["usage"] or {}, Usage), float(spent["cost_usd"] or 0)
-        )
-        if spent["refused"]:  # calls the child's remainder refused: this budget's limit
-            turn.meter.charge_tool_calls(int(spent["refused"]))
+        _charge(turn, result, spent)
         return self._answer_of(turn, ended, child_id, result, spent)
 
     def _answer_of(
