@@ -18,6 +18,7 @@ anyio, a clock, randomness or I/O. Our modules are imported through the sandbox
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -261,9 +262,14 @@ class SessionWorkflow:
     async def run_turn(self, prompt: str) -> dict[str, Any]:
         """Run one turn (after any turn still running) and return its result."""
         await workflow.wait_condition(lambda: not self._busy)
+        return await self._one_turn(self._turn(prompt))
+
+    async def _one_turn(self, turn: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+        """Run ``turn`` as the session's one running turn (a cancel reaches it through
+        ``_turn_task``); its result, kept as the last."""
         self._busy, self._graceful = True, False
         try:
-            self._turn_task = asyncio.create_task(self._turn(prompt))
+            self._turn_task = asyncio.create_task(turn)
             result = await self._turn_task
         finally:
             self._turn_task = None
@@ -276,18 +282,10 @@ class SessionWorkflow:
         """A child session's one turn, under its parent's remaining ``budget``: its result,
         its messages and children (for a resume) and what it ``spent``. A cancel of this
         workflow (its parent's) is an immediate cancel of the turn."""
-        self._busy, self._graceful = True, False
-        try:
-            turn = self._turn(
-                task["prompt"], task.get("budget"), task.get("deadline"), task.get("trace_root")
-            )
-            self._turn_task = asyncio.create_task(turn)
-            result = await self._turn_task
-        finally:
-            self._turn_task = None
-            self._busy = False
-            self._turns += 1
-        self._last = result
+        turn = self._turn(
+            task["prompt"], task.get("budget"), task.get("deadline"), task.get("trace_root")
+        )
+        result = await self._one_turn(turn)
         spent = result.pop("spent")
         return {
             "result": result,
