@@ -8,6 +8,7 @@ the test's backend: asyncio directly, trio through the asyncio portal.
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,23 @@ async def test_unreachable_server_is_a_clear_error_within_a_bound() -> None:
                 pass
     assert address in str(info.value)
     assert "\n" not in str(info.value)
+
+
+async def test_a_worker_cancelled_while_it_connects_stops_at_once() -> None:
+    """A cancel that lands while the worker still connects (its loop has not made its
+    stop event yet) ends ``async with SessionWorker`` promptly, and a second worker of the
+    same plan starts and stops cleanly after it."""
+    plan = demo_plan([reply("x")])
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        with anyio.fail_after(10):  # a hang detector: the connect alone may take 30 s
+            with anyio.move_on_after(0.5) as cut:
+                async with SessionWorker(plan, address=address, connect_timeout=30):
+                    pytest.fail("a silent server: the worker cannot be ready")
+        assert cut.cancelled_caught
+        with anyio.fail_after(20), pytest.raises(DurableSessionError, match="cannot reach"):
+            async with SessionWorker(plan, address=address, connect_timeout=1):
+                pass
 
 
 async def test_bad_durable_value_names_the_key(tmp_path: Path) -> None:

@@ -16,13 +16,13 @@ import concurrent.futures
 import contextvars
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.to_thread
 import sniffio
 
-__all__ = ("AsyncioPortal", "host_is_asyncio", "asyncio_checkpoint")
+__all__ = ("AsyncioPortal", "LoopInbox", "host_is_asyncio", "asyncio_checkpoint")
 
 T = TypeVar("T")
 
@@ -42,6 +42,24 @@ async def asyncio_checkpoint() -> None:
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
     await asyncio.sleep(0)
+
+
+class LoopInbox(Generic[T]):
+    """Items put from any thread, taken in the order put by a task of the asyncio loop the
+    inbox was made on (the worker's: workflow code posts its events from other threads).
+    Unbounded: a put never blocks the thread that puts."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[T] = asyncio.Queue()
+
+    def put(self, item: T) -> None:
+        """Queue ``item`` (thread-safe)."""
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+
+    async def get(self) -> T:
+        """The next item, waiting for one."""
+        return await self._queue.get()
 
 
 class AsyncioPortal:
@@ -115,7 +133,11 @@ class AsyncioPortal:
 
 async def wait_future(future: concurrent.futures.Future[T]) -> T:
     """Wait for a future of another thread's loop; a cancel cancels it, waits for it to
-    settle (so nothing of it runs on after the caller moved on), and propagates."""
+    settle (so nothing of it runs on after the caller moved on), and propagates.
+
+    Only for a loop's future (``run_coroutine_threadsafe``): its loop reports the task's
+    end. A bare ``concurrent.futures.Future`` cancelled here is never reported settled,
+    and the wait would not end."""
     try:
         return await anyio.to_thread.run_sync(future.result, abandon_on_cancel=True)
     except anyio.get_cancelled_exc_class():

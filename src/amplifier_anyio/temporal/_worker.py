@@ -9,11 +9,9 @@ loop instead (the ``amplifier-anyio temporal worker`` command).
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from datetime import timedelta
 from typing import Any
@@ -31,7 +29,7 @@ from ..runtime._turn import TurnConfig
 from . import _outlet
 from ._activities import Mounted, SessionActivities
 from ._plans import PlanLike, durable_of, load_plan, plan_key, plan_tree
-from ._portal import AsyncioPortal, wait_future
+from ._portal import AsyncioPortal, LoopInbox
 from ._spans import turn_context
 from ._workflow import SessionWorkflow
 
@@ -101,7 +99,7 @@ class SessionWorker:
         self.tracer_provider = tracer_provider
         self._portal: AsyncioPortal | None = None
         self._future: concurrent.futures.Future[None] | None = None
-        self._stop: asyncio.Event | None = None
+        self._stop: anyio.Event | None = None  # made on the worker's loop (_serve)
 
     async def __aenter__(self) -> SessionWorker:
         portal = AsyncioPortal(thread=True)
@@ -109,7 +107,6 @@ class SessionWorker:
         self._portal = portal
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
 
-        self._stop = asyncio.Event()  # bound to the portal's loop when first awaited there
         self._future = portal.submit(self._serve, lambda: ready.set_result(None))
 
         def settle(done: concurrent.futures.Future[None]) -> None:
@@ -118,10 +115,13 @@ class SessionWorker:
 
         self._future.add_done_callback(settle)
         try:
-            await wait_future(ready)
+            await anyio.to_thread.run_sync(ready.result, abandon_on_cancel=True)
         except BaseException:
+            # Not ready (it failed, or a cancel came while it connects): nothing will ever
+            # settle ``ready``, so it is not waited for; the worker's own task is.
+            ready.cancel()  # frees the thread still waiting on it
             with anyio.CancelScope(shield=True):
-                await self._close()
+                await self._close(started=False)
             raise
         return self
 
@@ -129,22 +129,40 @@ class SessionWorker:
         with anyio.CancelScope(shield=True):
             await self._close()
 
-    async def _close(self) -> None:
+    async def _close(self, *, started: bool = True) -> None:
+        """Stop the worker (a started one drains its events and shuts Temporal's worker
+        down; one still starting is cancelled), wait for it (at most ``STOP_TIMEOUT``
+        seconds), close its loop."""
         portal, future = self._portal, self._future
         if portal is None:
             return
-        if future is not None and self._stop is not None:
-            portal.call_soon(self._stop.set)
-            await anyio.to_thread.run_sync(concurrent.futures.wait, [future])
+        if future is not None:
+            if started:
+                portal.call_soon(self._request_stop)
+            else:
+                future.cancel()  # its task is cancelled on its loop: a connect ends
+            with anyio.move_on_after(STOP_TIMEOUT) as bound:
+                await anyio.to_thread.run_sync(
+                    concurrent.futures.wait, [future], abandon_on_cancel=True
+                )
+            if bound.cancelled_caught:
+                logger.warning(
+                    "the worker did not stop within %s s; its loop is closed", STOP_TIMEOUT
+                )
         await portal.__aexit__(None, None, None)
         self._portal = self._future = None
 
     async def serve(self, ready: Callable[[], None] | None = None) -> None:
         """Run on the caller's asyncio loop until cancelled (the CLI's worker)."""
-        self._stop = asyncio.Event()
         await self._serve(ready or (lambda: None))
 
+    def _request_stop(self) -> None:
+        """Stop a ready ``_serve`` (called on the worker's loop, where its event lives)."""
+        if self._stop is not None:
+            self._stop.set()
+
     async def _serve(self, ready: Callable[[], None]) -> None:
+        self._stop = anyio.Event()  # on this loop; ready() is called once it exists
         client = await connect(self.address, self.namespace, self.connect_timeout)
         async with AsyncExitStack() as stack:
             mounted = {}
@@ -171,53 +189,64 @@ class SessionWorker:
                 default_heartbeat_throttle_interval=timedelta(seconds=self.heartbeat_every),
                 graceful_shutdown_timeout=timedelta(seconds=5),
             )
-            async with worker, _outlets(self.task_queue, mounted):
-                ready()
-                assert self._stop is not None
-                await self._stop.wait()
+            async with worker:
+                await _deliver_events(self.task_queue, mounted, ready, self._stop)
 
+
+STOP_TIMEOUT = 30.0
+"""How long closing a worker waits for it: Temporal's graceful shutdown (5 s) and the
+event drain (``EVENT_DRAIN``) fit well inside."""
 
 EVENT_DRAIN = 5.0
 """How long a stopping worker may take to deliver the session events still queued."""
 
 
-@contextlib.asynccontextmanager
-async def _outlets(task_queue: str, mounted: Mapping[str, Mounted]) -> AsyncIterator[None]:
-    """Deliver the session-level events the workflows post (``_outlet``) to each plan's
-    hooks, in the order posted; at the end, what is still queued (bounded)."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[Mounted, str, dict[str, Any], str | None] | None] = asyncio.Queue()
+async def _deliver_events(
+    task_queue: str,
+    mounted: Mapping[str, Mounted],
+    ready: Callable[[], None],
+    stop: anyio.Event,
+) -> None:
+    """Until ``stop``: deliver the session-level events the workflows post (``_outlet``,
+    from the workflow threads) to each plan's hooks, in the order posted; then what is
+    still queued, for at most ``EVENT_DRAIN`` seconds."""
+    inbox: LoopInbox[tuple[Mounted, str, dict[str, Any], str | None] | None] = LoopInbox()
 
     def sink_of(plan: Mounted) -> _outlet.Post:
         def sink(event: str, data: dict[str, Any], root: str | None) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, (plan, event, data, root))
+            inbox.put((plan, event, data, root))
 
         return sink
 
     sinks = {_outlet.outlet_key(task_queue, key): sink_of(plan) for key, plan in mounted.items()}
+    drained = anyio.Event()
 
     async def deliver() -> None:
-        while (item := await queue.get()) is not None:
+        while (item := await inbox.get()) is not None:
             plan, event, data, root = item
             try:
                 with turn_context(data.get("trace_id"), root):  # hooks-otel: the turn's trace
                     await plan.coordinator.hooks.emit(event, data)
             except Exception:  # an observer's failure is logged, the session goes on
                 logger.exception("delivering %s failed", event)
+        drained.set()
 
     for key, sink in sinks.items():
         _outlet.register(key, sink)
-    delivering = asyncio.create_task(deliver())
     try:
-        yield
+        async with anyio.create_task_group() as group:
+            group.start_soon(deliver)
+            ready()
+            await stop.wait()
+            for key, sink in sinks.items():
+                _outlet.unregister(key, sink)
+            inbox.put(None)
+            with anyio.move_on_after(EVENT_DRAIN):
+                await drained.wait()
+            group.cancel_scope.cancel("the worker stops: events still queued are dropped")
     finally:
         for key, sink in sinks.items():
             _outlet.unregister(key, sink)
-        queue.put_nowait(None)
-        done, _ = await asyncio.wait([delivering], timeout=EVENT_DRAIN)
-        if not done:
-            delivering.cancel()
-            await asyncio.wait([delivering])
 
 
 async def _mount(stack: AsyncExitStack, plan: MountPlan) -> Mounted:
