@@ -272,7 +272,7 @@ class _Worker:
         try:
             await worker.send(("path", list(sys.path)))
         except BaseException:
-            await worker.kill()
+            await worker.kill()  # shielded and bounded inside
             raise
         return worker
 
@@ -348,7 +348,7 @@ class ProcessExecutor(_Limited):
                 status, value = await worker.receive()
             except BaseException:  # cancelled, or the worker died: it runs nothing more
                 self._busy.discard(worker)
-                await worker.kill()
+                await worker.kill()  # shielded and bounded inside
                 raise
             self._busy.discard(worker)
             self._idle.append(worker)

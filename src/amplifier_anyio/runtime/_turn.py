@@ -201,7 +201,7 @@ class Turn:
             except BaseException:
                 # The host cancelled (or the process is stopping): close the turn, re-raise.
                 self.status = TurnStatus.CANCELLED
-                await self._finish()
+                await self._finish()  # shielded inside, each terminal event under its bound
                 raise
             else:
                 if scope.cancelled_caught:
