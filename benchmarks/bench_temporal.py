@@ -163,10 +163,55 @@ async def wait_for(path: Path, within: float = 30.0) -> None:
             await anyio.sleep(0.01)
 
 
+def cpu_seconds(pid: int, *, children: bool = True) -> float | None:
+    """The CPU time (user + system) of process ``pid`` so far, with its children's unless
+    told not to, from ``/proc`` (None where there is no ``/proc``)."""
+    try:
+        own = _proc_cpu(pid)
+    except OSError:
+        return None
+    if not children:
+        return own
+    listed = Path(f"/proc/{pid}/task/{pid}/children")
+    found = listed.read_text().split() if listed.exists() else []
+    return own + sum(cpu_seconds(int(child)) or 0.0 for child in found)
+
+
+def _proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def cpu_per_turn(
+    sessions: Any, the_plan: dict[str, Any], turns: int, pids: dict[str, int]
+) -> dict[str, float] | None:
+    """CPU seconds per durable 10-call turn of each process in ``pids`` (server, worker,
+    client: this process, without the others it started), over ``turns`` turns run back
+    to back (their sessions opened first)."""
+
+    def now() -> dict[str, float | None]:
+        return {name: cpu_seconds(pid, children=name != "client") for name, pid in pids.items()}
+
+    opened = [await sessions.open(the_plan) for _ in range(turns)]
+    before = now()
+    for session in opened:
+        await session.run("ten")
+    after = now()
+    if any(value is None for value in (*before.values(), *after.values())):
+        return None
+    return {name: (after[name] - before[name]) / turns for name in pids}  # type: ignore[operator]
+
+
 async def measure(
-    address: str, work: Path, repeats: int, failovers: int, durable: dict[str, Any]
+    address: str,
+    work: Path,
+    repeats: int,
+    failovers: int,
+    durable: dict[str, Any],
+    server_pid: int,
 ) -> dict[str, Any]:
-    """Medians and fastest of the 10-call turn, and the failover times (seconds)."""
+    """Medians and fastest of the 10-call turn, the CPU each process spends on a durable
+    turn, and the failover times (seconds)."""
     marks = work / "marks"
     the_plan = plan(durable, marks)
     plan_path = work / "plan.json"
@@ -207,6 +252,8 @@ async def measure(
                     )
                     for name, timing in timed.items():
                         turns[name].append(timing.min)
+            pids = {"server": server_pid, "worker": first.process.pid, "client": os.getpid()}
+            cpu = await cpu_per_turn(sessions, the_plan, max(repeats, 5), pids)
             failover = []
             for round_ in range(failovers):
                 for path in marks.glob("s1"):
@@ -237,7 +284,7 @@ async def measure(
         first.kill()
         if standby is not None:
             standby.kill()
-    return {"turns": turns, "failover": failover}
+    return {"turns": turns, "failover": failover, "cpu": cpu}
 
 
 def _stats(values: list[float]) -> tuple[float, float]:
@@ -281,6 +328,7 @@ def main() -> None:
                     options.repeats,
                     options.failovers,
                     durable,
+                    server.process.pid,
                     backend=backend,
                 )
             rows.append((backend, measured))
@@ -293,6 +341,23 @@ def main() -> None:
         for name in ("in-process", "durable"):
             median, fastest = _stats(measured["turns"][name])
             print(f"| {backend} | {name} | {median * 1e3:.1f} | {fastest * 1e3:.1f} |")
+    print()
+    cores = os.cpu_count() or 1
+    print(
+        "| client backend | CPU per durable turn, ms: server | worker | client | "
+        f"sum / {cores} cores |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for backend, measured in rows:
+        cpu = measured["cpu"]
+        if cpu is None:
+            print(f"| {backend} | (no /proc: not measured) | | | |")
+            continue
+        total = sum(cpu.values())
+        print(
+            f"| {backend} | {cpu['server'] * 1e3:.0f} | {cpu['worker'] * 1e3:.0f} | "
+            f"{cpu['client'] * 1e3:.0f} | {total / cores * 1e3:.0f} |"
+        )
     print()
     print(
         f"| client backend | failover: kill -9 → turn finished (heartbeat {options.heartbeat} s,"
