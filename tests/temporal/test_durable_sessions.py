@@ -155,6 +155,33 @@ async def test_cancel_answers_every_call_and_ends_cancelled_once(
     assert (marks / "c2").read_text().count("\n") == 1  # ran once
 
 
+async def test_a_deadline_around_run_is_caught_by_its_own_scope(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """``move_on_after`` around ``run()`` ends the turn and is caught where it was set: the
+    caller goes on. (Before, on asyncio the cancel came back out of ``run()`` as a bare
+    ``CancelledError`` that anyio's scope did not recognise as its own, so it cancelled the
+    caller too.)"""
+    marks = tmp_path / "marks"
+    plan = marker_plan([reply(calls=[("s1", "marker", {"delay": 60})])], marks, FAST)
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        with anyio.move_on_after(30) as outer:  # a hang detector, not the deadline tested
+            with anyio.move_on_after(0.5) as cut:
+                await session.run("go")
+            went_on = True
+        result = await session.last_result()
+    assert cut.cancelled_caught
+    assert not outer.cancel_called
+    assert went_on
+    assert result is not None
+    assert result.status is TurnStatus.CANCELLED
+
+
 async def test_unreachable_server_is_a_clear_error_within_a_bound() -> None:
     address = f"127.0.0.1:{free_port()}"
     with anyio.fail_after(20):

@@ -166,9 +166,9 @@ class DurableSession:
             while True:
                 try:
                     return await self._handle.get_update_handle(update_id).result()
-                except WorkflowUpdateRPCTimeoutOrCancelledError:
+                except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
                     # the client's own cancel turned into this: let it be the cancel it is
-                    await asyncio_checkpoint()
+                    await asyncio_checkpoint(exc)
 
         try:
             await self._portal.call(start)

@@ -35,12 +35,20 @@ def host_is_asyncio() -> bool:
         return False
 
 
-async def asyncio_checkpoint() -> None:
-    """Raise the cancel of the running asyncio task when one was asked for (a library that
-    turned it into an error of its own swallowed the ``CancelledError``), else yield once."""
+async def asyncio_checkpoint(error: BaseException | None = None) -> None:
+    """Raise the cancel of the running asyncio task when one was asked for (a library
+    turned it into ``error``, an error of its own), else yield once.
+
+    The cancel raised is the original ``CancelledError`` found in ``error``'s chain, with
+    its message: anyio's cancel scopes on asyncio recognise their own cancel by it, and a
+    bare ``CancelledError`` would escape the scope that asked for it (a ``move_on_after``
+    around ``DurableSession.run`` then cancelled its caller too)."""
     task = asyncio.current_task()
     if task is not None and task.cancelling():
-        raise asyncio.CancelledError
+        seen = error
+        while seen is not None and not isinstance(seen, asyncio.CancelledError):
+            seen = seen.__cause__ or seen.__context__
+        raise seen if seen is not None else asyncio.CancelledError()
     await asyncio.sleep(0)
 
 
