@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
-from _temporal_kit import FAST, agent_plan, demo_plan, queue, reply
+from _temporal_kit import FAST, agent_plan, demo_plan, marker_plan, queue, reply
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -122,3 +123,72 @@ async def test_a_task_call_and_its_childs_calls_have_their_spans(
     assert by_call["h1"].parent.span_id == turn_span_id(child.trace_id)  # under its turn
     assert child.trace_id != result.trace_id
     assert attribute(by_call["h1"], "gen_ai.conversation.id") == f"{session.id}-t1"
+
+
+async def test_the_callers_span_holds_the_turn_and_every_activity_span_of_its_tree(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """With a tracer on the client, the turn is the exported span ``amplifier-turn``: a
+    child of the caller's current span, the parent of the turn's activity spans and of its
+    child session's, all in the caller's trace (before, the parent was a derived id that
+    no process exported: viewers showed the activity spans under a missing parent)."""
+    worker_provider, worker_spans = tracing()
+    client_provider, client_spans = tracing()
+    scripts = {
+        "go": [reply(calls=[("t1", "task", {"agent": "helper", "instruction": "sub job"})])],
+        "sub job": [reply(calls=[("h1", "marker", {"delay": 0})]), reply("child answer")],
+    }
+    scripts["go"].append(reply("parent done"))
+    plan = agent_plan(scripts, tmp_path / "marks", FAST)
+    task_queue = queue()
+    async with (
+        SessionWorker(
+            plan, address=temporal_server, task_queue=task_queue, tracer_provider=worker_provider
+        ),
+        TemporalSessions(
+            address=temporal_server, task_queue=task_queue, tracer_provider=client_provider
+        ) as sessions,
+    ):
+        session = await sessions.open(plan)
+        with client_provider.get_tracer("app").start_as_current_span("request") as request:
+            result = await session.run("go")
+    assert result.status is TurnStatus.SUCCESS
+    (turn,) = of(tuple(client_spans.get_finished_spans()), "amplifier-turn")
+    assert turn.context is not None
+    assert turn.parent is not None
+    assert turn.parent.span_id == request.get_span_context().span_id
+    assert turn.context.trace_id == request.get_span_context().trace_id
+    assert attribute(turn, "gen_ai.conversation.id") == session.id
+    assert attribute(turn, "amplifier.outcome") == "success"
+    assert attribute(turn, "amplifier.trace_id") == result.trace_id
+    spans = tuple(worker_spans.get_finished_spans())
+    activities = [s for s in spans if s.name.startswith("amplifier-")]
+    calls = {attribute(s, "gen_ai.tool.call.id") for s in activities}
+    assert calls == {None, "t1", "h1"}  # the providers', the task call's, the child's call's
+    assert len(activities) == 7  # 2 + 2 provider calls, task start, 2 tool calls
+    for span in activities:
+        assert span.context is not None
+        assert span.context.trace_id == turn.context.trace_id
+        assert span.parent is not None
+        assert span.parent.span_id == turn.context.span_id
+
+
+async def test_a_cancelled_turn_span_says_so(temporal_server: str, tmp_path: Path) -> None:
+    client_provider, client_spans = tracing()
+    plan = marker_plan([reply(calls=[("s1", "marker", {"delay": 30})])], tmp_path / "m", FAST)
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(
+            address=temporal_server, task_queue=task_queue, tracer_provider=client_provider
+        ) as sessions,
+    ):
+        session = await sessions.open(plan)
+        with anyio.move_on_after(1.0) as cut:
+            await session.run("go")
+        assert cut.cancelled_caught
+        last = await session.last_result()
+    assert last is not None
+    assert last.status is TurnStatus.CANCELLED
+    (turn,) = of(tuple(client_spans.get_finished_spans()), "amplifier-turn")
+    assert attribute(turn, "amplifier.outcome") == "cancelled"

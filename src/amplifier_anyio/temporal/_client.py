@@ -30,6 +30,7 @@ from ..kernel._turns import TurnResult, TurnStatus
 from ..models import Usage, structure
 from ._plans import PlanLike, settings_of
 from ._portal import AsyncioPortal, asyncio_checkpoint
+from ._spans import client_turn_span
 from ._worker import DEFAULT_ADDRESS, connect
 from ._workflow import WORKFLOW_NAME
 
@@ -59,6 +60,9 @@ class TemporalSessions:
 
     ``connect_timeout`` bounds reaching the server: an unreachable server is a
     [`DurableSessionError`][amplifier_anyio.DurableSessionError] within it.
+    ``tracer_provider`` exports each turn's ``amplifier-turn`` span (with the ``[otel]``
+    extra; None: the global provider): the turn's activity spans are its children, and it
+    is a child of the caller's current span.
     """
 
     def __init__(
@@ -68,8 +72,10 @@ class TemporalSessions:
         namespace: str = "default",
         task_queue: str = "amplifier",
         connect_timeout: float = 10.0,
+        tracer_provider: Any = None,
     ) -> None:
         self.address = address
+        self.tracer_provider = tracer_provider
         self.namespace = namespace
         self.task_queue = task_queue
         self.connect_timeout = connect_timeout
@@ -130,7 +136,9 @@ class TemporalSessions:
             msg = f"cannot start durable session {session_id!r}: {exc}"
             raise DurableSessionError(msg) from exc
         # no run id: the handle follows the session across continue-as-new
-        return DurableSession(session_id, client.get_workflow_handle(session_id), portal)
+        return DurableSession(
+            session_id, client.get_workflow_handle(session_id), portal, self.tracer_provider
+        )
 
     async def attach(self, session_id: str) -> DurableSession:
         """The running durable session ``session_id`` (from any process)."""
@@ -141,7 +149,7 @@ class TemporalSessions:
         except RPCError as exc:
             msg = f"no durable session {session_id!r}: {exc}"
             raise DurableSessionError(msg) from exc
-        return DurableSession(session_id, handle, portal)
+        return DurableSession(session_id, handle, portal, self.tracer_provider)
 
 
 @attrs.define(eq=False)
@@ -151,15 +159,24 @@ class DurableSession:
     id: str
     _handle: WorkflowHandle[Any, Any]
     _portal: AsyncioPortal
+    _tracer_provider: Any = None
 
     async def run(self, prompt: str) -> TurnResult:
         """Run one turn on the session's workers and return its result. A cancel here
-        cancels the turn there (immediately), waits for it to close, and propagates."""
+        cancels the turn there (immediately), waits for it to close, and propagates.
+        With OpenTelemetry, the turn is the span ``amplifier-turn`` (`TemporalSessions`)."""
+        with client_turn_span(self.id, self._tracer_provider) as span:
+            result = await self._run(prompt, span.root)
+            span.finished(str(result.status), result.trace_id)
+        return result
+
+    async def _run(self, prompt: str, trace_root: str | None) -> TurnResult:
         update_id = uuid.uuid4().hex
+        args = [prompt] if trace_root is None else [prompt, trace_root]
 
         async def start() -> Any:
             return await self._handle.start_update(
-                "run", prompt, id=update_id, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+                "run", args=args, id=update_id, wait_for_stage=WorkflowUpdateStage.ACCEPTED
             )
 
         async def outcome() -> Any:

@@ -5,8 +5,15 @@ OpenTelemetry trace id of its activities' spans; their parent is the turn's span
 from the trace id, so every worker that runs one of the turn's calls puts its span in the
 same trace under the same parent, with nothing carried but the trace id. A child session's
 turn (a ``task`` call's child workflow) is in its root turn's trace: its spans have the
-root's trace id and its own turn's span id as their parent. The turn's span itself is not
-exported (no process owns it: its id is all there is). Each span carries
+root's trace id and its own turn's span id as their parent.
+
+Where the caller traces, the turn has a real span: ``DurableSession.run`` opens
+``amplifier-turn`` (a child of the caller's current span, exported by the client's tracer
+provider when the turn returns) and hands its ids to the workflow as the turn's *trace root*
+``TRACE/SPAN``: every activity span of the turn, and of its children's turns, is in that
+trace under that span, so a viewer shows the durable turn inside the request that ran it.
+Without one (no OpenTelemetry on the client, or no valid span), the root is the turn's own
+trace id and the parent a derived id no process exports. Each span carries
 the session id, the call (its id and tool, or the provider call's iteration) and the
 activity's attempt. Spans the call's own code opens (hooks-otel's ``chat`` and
 ``execute_tool``) are children of the activity's span.
@@ -24,7 +31,7 @@ from typing import Any
 
 import anyio
 
-__all__ = ("activity_span", "turn_context", "turn_span_id", "ATTRIBUTES")
+__all__ = ("activity_span", "client_turn_span", "turn_context", "turn_span_id", "ATTRIBUTES")
 
 ATTRIBUTES = {
     "session_id": "gen_ai.conversation.id",
@@ -54,6 +61,10 @@ except ModuleNotFoundError:  # pragma: no cover - without the otel extra: no spa
     trace = None  # type: ignore[assignment]
 
 
+def _available() -> bool:
+    return trace is not None
+
+
 def turn_span_id(trace_id: str) -> int:
     """The span id of a turn (the parent of its activities' spans), from its trace id."""
     digest = hashlib.sha256(f"amplifier-turn:{trace_id}".encode()).digest()
@@ -62,17 +73,22 @@ def turn_span_id(trace_id: str) -> int:
 
 def _turn_parent(trace_id: str | None, root: str | None = None) -> Any:
     """The OpenTelemetry context whose current span is the turn's (remote: only its ids),
-    in the trace of ``root`` (a child session's turn: its root turn's trace id; None: the
-    turn's own), or None (no opentelemetry, or not one of our trace ids)."""
+    in the trace of ``root`` (``TRACE`` or ``TRACE/SPAN``: the caller's turn span; a child
+    session's turn: its root turn's; None: the turn's own trace, the derived span), or None
+    (no opentelemetry, or not one of our ids)."""
     if trace is None or not trace_id:
         return None
+    trace_hex, _, span_hex = (root or trace_id).partition("/")
     try:
-        trace_int = int(root or trace_id, 16)
+        trace_int = int(trace_hex, 16)
+        span_int = int(span_hex, 16) if span_hex else turn_span_id(trace_id)
     except ValueError:
+        return None
+    if not trace_int or not span_int:
         return None
     parent = SpanContext(
         trace_id=trace_int,
-        span_id=turn_span_id(trace_id),
+        span_id=span_int,
         is_remote=True,
         trace_flags=TraceFlags(TraceFlags.SAMPLED),
     )
@@ -134,3 +150,57 @@ def activity_span(
             span.set_status(Status(StatusCode.ERROR, str(exc)))
             raise
         span.set_attribute(ATTRIBUTES["outcome"], "success")
+
+
+class ClientTurnSpan:
+    """The span of one durable turn on its caller's side (`client_turn_span`)."""
+
+    def __init__(self, span: Any = None) -> None:
+        self._span = span
+        self.root: str | None = None
+        """The turn's trace root for the workflow (``TRACE/SPAN``), or None."""
+        if span is not None:
+            context = span.get_span_context()
+            if context.is_valid:
+                self.root = f"{context.trace_id:032x}/{context.span_id:016x}"
+
+    def finished(self, status: str, trace_id: str | None) -> None:
+        """Record the turn's outcome (its status and its ``TurnResult.trace_id``)."""
+        if self._span is None:
+            return
+        self._span.set_attribute(ATTRIBUTES["outcome"], status)
+        if trace_id:
+            self._span.set_attribute(ATTRIBUTES["trace_id"], trace_id)
+        if status == "error":
+            self._span.set_status(Status(StatusCode.ERROR, "the turn ended in error"))
+
+
+@contextlib.contextmanager
+def client_turn_span(session_id: str, tracer_provider: Any = None) -> Iterator[ClientTurnSpan]:
+    """``amplifier-turn``: the span of a durable turn around ``DurableSession.run``, a child of
+    the caller's current span, from ``tracer_provider`` (None: the global one). A cancel
+    records ``amplifier.outcome = cancelled``; without opentelemetry there is no span and
+    the yielded root is None."""
+    if not _available():
+        yield ClientTurnSpan()
+        return
+    provider = tracer_provider or trace.get_tracer_provider()
+    tracer = provider.get_tracer(__name__)
+    with tracer.start_as_current_span(
+        "amplifier-turn",
+        kind=SpanKind.CLIENT,
+        attributes={ATTRIBUTES["session_id"]: session_id},
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        found = ClientTurnSpan(span)
+        try:
+            yield found
+        except anyio.get_cancelled_exc_class():
+            span.set_attribute(ATTRIBUTES["outcome"], "cancelled")
+            raise
+        except Exception as exc:
+            span.set_attribute(ATTRIBUTES["outcome"], "error")
+            span.set_attribute("error.type", type(exc).__name__)
+            span.set_status(Status(StatusCode.ERROR, str(exc)))
+            raise

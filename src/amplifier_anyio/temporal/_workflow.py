@@ -259,10 +259,11 @@ class SessionWorkflow:
     # -- a turn ------------------------------------------------------------------------
 
     @workflow.update(name="run")
-    async def run_turn(self, prompt: str) -> dict[str, Any]:
-        """Run one turn (after any turn still running) and return its result."""
+    async def run_turn(self, prompt: str, trace_root: str | None = None) -> dict[str, Any]:
+        """Run one turn (after any turn still running) and return its result; its spans
+        in the trace ``trace_root`` (``TRACE/SPAN``: the caller's turn span, `_spans`)."""
         await workflow.wait_condition(lambda: not self._busy)
-        return await self._one_turn(self._turn(prompt))
+        return await self._one_turn(self._turn(prompt, trace_root=trace_root))
 
     async def _one_turn(self, turn: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
         """Run ``turn`` as the session's one running turn (a cancel reaches it through
@@ -295,7 +296,7 @@ class SessionWorkflow:
         }
 
     @run_turn.validator
-    def _check_turn(self, prompt: str) -> None:
+    def _check_turn(self, prompt: str, trace_root: str | None = None) -> None:
         if self._closing:
             msg = "run: the session is closed"
             raise RuntimeError(msg)
