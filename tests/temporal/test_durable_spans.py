@@ -39,6 +39,18 @@ def attribute(span: ReadableSpan, key: str) -> Any:
     return span.attributes.get(key)
 
 
+def task_plan(tmp_path: Path) -> dict[str, Any]:
+    """A turn whose one ``task`` call (``t1``) runs a child that makes one call (``h1``)."""
+    scripts = {
+        "go": [
+            reply(calls=[("t1", "task", {"agent": "helper", "instruction": "sub job"})]),
+            reply("parent done"),
+        ],
+        "sub job": [reply(calls=[("h1", "marker", {"delay": 0})]), reply("child answer")],
+    }
+    return agent_plan(scripts, tmp_path / "marks", FAST)
+
+
 async def test_one_span_per_activity_in_the_turns_trace(temporal_server: str) -> None:
     provider, exporter = tracing()
     plan = demo_plan(SCRIPT)
@@ -90,12 +102,7 @@ async def test_a_task_call_and_its_childs_calls_have_their_spans(
     temporal_server: str, tmp_path: Path
 ) -> None:
     provider, exporter = tracing()
-    scripts = {
-        "go": [reply(calls=[("t1", "task", {"agent": "helper", "instruction": "sub job"})])],
-        "sub job": [reply(calls=[("h1", "marker", {"delay": 0})]), reply("child answer")],
-    }
-    scripts["go"].append(reply("parent done"))
-    plan = agent_plan(scripts, tmp_path / "marks", FAST)
+    plan = task_plan(tmp_path)
     task_queue = queue()
     async with (
         SessionWorker(
@@ -134,12 +141,7 @@ async def test_the_callers_span_holds_the_turn_and_every_activity_span_of_its_tr
     no process exported: viewers showed the activity spans under a missing parent)."""
     worker_provider, worker_spans = tracing()
     client_provider, client_spans = tracing()
-    scripts = {
-        "go": [reply(calls=[("t1", "task", {"agent": "helper", "instruction": "sub job"})])],
-        "sub job": [reply(calls=[("h1", "marker", {"delay": 0})]), reply("child answer")],
-    }
-    scripts["go"].append(reply("parent done"))
-    plan = agent_plan(scripts, tmp_path / "marks", FAST)
+    plan = task_plan(tmp_path)
     task_queue = queue()
     async with (
         SessionWorker(

@@ -128,19 +128,30 @@ def activity_span(
     if context is None:
         yield  # no opentelemetry, or not a trace id of a turn: no span
         return
+    kept = {ATTRIBUTES.get(k, k): v for k, v in attributes.items() if v is not None}
+    with _span(tracer_provider, name, SpanKind.INTERNAL, kept, context) as span:
+        yield
+        span.set_attribute(ATTRIBUTES["outcome"], "success")
+
+
+@contextlib.contextmanager
+def _span(
+    tracer_provider: Any, name: str, kind: Any, attributes: Mapping[str, Any], context: Any = None
+) -> Iterator[Any]:
+    """The current span ``name`` for the block. Cancellation is not an error: it says
+    ``amplifier.outcome = cancelled``; an exception sets status ERROR and ``error.type``."""
     provider = tracer_provider or trace.get_tracer_provider()
     tracer = provider.get_tracer(__name__)
-    kept = {ATTRIBUTES.get(k, k): v for k, v in attributes.items() if v is not None}
     with tracer.start_as_current_span(
         name,
         context=context,
-        kind=SpanKind.INTERNAL,
-        attributes=kept,
+        kind=kind,
+        attributes=attributes,
         record_exception=False,
         set_status_on_exception=False,
     ) as span:
         try:
-            yield
+            yield span
         except anyio.get_cancelled_exc_class():
             span.set_attribute(ATTRIBUTES["outcome"], "cancelled")
             raise
@@ -149,7 +160,6 @@ def activity_span(
             span.set_attribute("error.type", type(exc).__name__)
             span.set_status(Status(StatusCode.ERROR, str(exc)))
             raise
-        span.set_attribute(ATTRIBUTES["outcome"], "success")
 
 
 class ClientTurnSpan:
@@ -184,23 +194,6 @@ def client_turn_span(session_id: str, tracer_provider: Any = None) -> Iterator[C
     if not _available():
         yield ClientTurnSpan()
         return
-    provider = tracer_provider or trace.get_tracer_provider()
-    tracer = provider.get_tracer(__name__)
-    with tracer.start_as_current_span(
-        "amplifier-turn",
-        kind=SpanKind.CLIENT,
-        attributes={ATTRIBUTES["session_id"]: session_id},
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        found = ClientTurnSpan(span)
-        try:
-            yield found
-        except anyio.get_cancelled_exc_class():
-            span.set_attribute(ATTRIBUTES["outcome"], "cancelled")
-            raise
-        except Exception as exc:
-            span.set_attribute(ATTRIBUTES["outcome"], "error")
-            span.set_attribute("error.type", type(exc).__name__)
-            span.set_status(Status(StatusCode.ERROR, str(exc)))
-            raise
+    attributes = {ATTRIBUTES["session_id"]: session_id}
+    with _span(tracer_provider, "amplifier-turn", SpanKind.CLIENT, attributes) as span:
+        yield ClientTurnSpan(span)
