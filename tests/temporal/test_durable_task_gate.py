@@ -248,3 +248,40 @@ async def test_a_deferred_task_call_is_held_before_its_child_runs(
         assert instructions(tmp_path, "durable") == []
         assert not (tmp_path / "durable-marks" / "h1").exists()
         assert of_call(found, "t1") == ["tool:pre"]
+
+
+async def test_a_task_call_allowed_on_other_arguments_is_denied_before_its_child(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """An ``allow`` bound to other arguments than the held ``task`` call's: the call is
+    answered denied at its gate, and no child runs (DESIGN §15)."""
+    plan = gated_plan(
+        tmp_path, "durable", approval={"tools": ["task"], "default": "defer"}, durable=FAST
+    )
+    task_queue = queue()
+    outcome: list[Any] = []
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+
+        async def turn() -> None:
+            outcome.append(await session.run("go"))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                group.start_soon(turn)
+                await held(session)
+                other = call_digest("task", {"agent": "helper", "instruction": "other job"})
+                await session.approve({"t1": {"decision": "allow", "digest": other}})
+        messages = await session.messages()
+        started = await child_started(sessions, session.id)
+    (result,) = outcome
+    assert (result.text, result.status) == ("parent done", TurnStatus.SUCCESS)
+    assert messages[2]["content"] == (
+        "Denied: the arguments of task call t1 changed after it was approved; it was not run"
+    )
+    assert not started
+    assert instructions(tmp_path, "durable") == []
+    assert of_call(records(tmp_path, "durable"), "t1") == ["tool:pre", "tool:pre"]
