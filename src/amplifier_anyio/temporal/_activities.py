@@ -6,6 +6,9 @@ mounted once per process) through the in-process engine's own code: a provider c
 ``llm:*`` events, usage, cost), a tool call is a one-call
 [`ToolBatch`][amplifier_anyio.runtime.ToolBatch] (``tool:pre``, the tool, ``tool:post``,
 errors and timeouts as results). So the messages are those the in-process turn writes.
+A ``task`` call (a sub-agent, run by the workflow as a child workflow) is the same batch
+split in two: its gate (``tool:pre`` and the approval, before any child runs) and its
+answer (``tool:post`` of what the child answered).
 
 Each heartbeats while it runs, so a dead worker is noticed within the heartbeat timeout
 and a cancel reaches the call. A tool call's idempotency key is ``{session id}/{call id}``
@@ -30,7 +33,7 @@ from ..kernel._tracing import ToolCallContext, trace_scope
 from ..kernel._turns import call_digest
 from ..models import ToolCall, ToolResult, structure, unstructure
 from ..runtime._requests import assistant_message, select_provider, tool_calls_of
-from ..runtime._tool_batch import ToolBatch
+from ..runtime._tool_batch import ToolBatch, _content_of
 from ..runtime._turn import Turn
 from ..session._agents import SessionLimits, _sanitized, agent_instruction, agents_of
 from ..tools.task import TaskTool, parse_request, recent_turns
@@ -125,20 +128,61 @@ class _OneCall(ToolBatch):
         return attrs.evolve(super()._call_context(index, call, key), index=self.reply_index)
 
 
-class _Answered:
-    """The ``task`` tool of a delegated call's last activity: it answers what the call's
-    child workflow answered, through the batch's hooks and serialisation."""
+class _Gate:
+    """The ``task`` tool of a delegated call's first activity: it runs no child; it keeps
+    the input the call reached it with, past ``tool:pre`` (a rewrite applied) and the
+    approval (an allowed call's digest checked)."""
 
-    description = "A delegated call's answer."
+    description = "A delegated call's gate."
     input_schema: dict[str, Any] = {"type": "object"}  # noqa: RUF012 - read only
 
-    def __init__(self, name: str, answer: dict[str, Any]) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.answer = structure(answer, ToolResult)
+        self.passed = False
+        self.input: Any = None
 
-    async def execute(self, input: dict[str, Any]) -> ToolResult:
+    async def execute(self, input: Any) -> ToolResult:
         await anyio.lowlevel.checkpoint()
-        return self.answer
+        self.passed, self.input = True, input
+        return ToolResult(success=True, output="")
+
+
+class _Gating(_OneCall):
+    """A ``task`` call up to its tool, a ``_Gate``: its ``tool:pre``, its approval (held,
+    denied, or allowed only with the decided digest), as any call goes. A call that passes
+    emits no ``tool:post`` here: that comes with its answer (`_Answering`); one that does
+    not pass is answered as the batch answers it (an error result still gets its
+    ``tool:post``, as in-process)."""
+
+    gate: _Gate | None = None
+
+    async def _post(
+        self, index: int, call: ToolCall, tool_input: Any, result: ToolResult
+    ) -> str | None:
+        if self.gate is not None and self.gate.passed:
+            return None  # the call goes on to its child: its tool:post is its answer's
+        return await super()._post(index, call, tool_input, result)
+
+
+class _Answering(_OneCall):
+    """A delegated call's last activity: what its child workflow answered, through
+    ``tool:post`` (with ``gated``, the input its gate let through) and the batch's
+    serialisation. Its ``tool:pre`` fired once, in the gate: it does not fire again."""
+
+    answer: ToolResult | None = None
+    gated: Any = None
+
+    async def _run_all(self) -> None:
+        call, answer = self.calls[0], self.answer
+        assert answer is not None
+        try:
+            self._slots[0] = _content_of(answer)
+            self.succeeded[0] = answer.success
+            replaced = await self._post(0, call, self.gated, answer)
+            if replaced is not None:
+                self._slots[0] = replaced
+        except Exception as exc:  # noqa: BLE001 - as the batch: the call's error result
+            await self._error(0, call, type(exc).__name__, str(exc) or repr(exc))
 
 
 class SessionActivities:
@@ -260,100 +304,57 @@ class SessionActivities:
         ``decision`` (``{"decision": "allow" | "deny", "digest": ...}``) runs a held call
         again: allowed, it runs only if its own arguments still have the decided digest
         (else it is denied with the reason, not run); denied, it is answered without
-        running."""
+        running. ``answer`` (a ``ToolResult``'s data) answers a delegated call with what
+        its child answered: only ``tool:post`` fires, with ``input``, the input its gate
+        (``task_start``) let through."""
         with self._span(request):
             return await self._beating(lambda: self._tool_call(request))
 
     async def _tool_call(self, request: dict[str, Any]) -> dict[str, Any]:
         mounted = self._plan(request["plan"])
-        coordinator = mounted.coordinator
-        item = request["call"]
-        call = ToolCall(id=str(item["id"]), name=str(item["name"]), arguments=item["arguments"])
-        decision = request.get("decision") or {}
-        allowed = decision.get("decision") == "allow"
-        denied = {}
-        if decision.get("decision") == "deny":
-            denied[call.id] = str(decision.get("prompt", ""))
-        tools = coordinator.get("tools") or {}
-        answered = request.get("answer") is not None
-        if answered:  # a delegated call: its child's answer
-            tools = {**tools, call.name: _Answered(call.name, request["answer"])}
-        batch = _OneCall(
-            calls=[call],
-            tools=tools,
-            hooks=coordinator.hooks,
-            coordinator=coordinator,
-            handle=TurnHandle(hooks=coordinator.hooks),
-            config=mounted.batch_config,
-            parallel_group_id=str(request["group"]),
-            # a delegated call's child already ran: its answer is not held for an approval
-            approved=frozenset({call.id}) if allowed or answered else frozenset(),
-            denied=denied,
-        )
-        batch.reply_index = int(request["index"])
-        scratch = _Scratch(
-            [], key=str(request["key"]), decided=str(decision["digest"]) if allowed else None
-        )
-        placeholder = {"role": "assistant", "content": [], "tool_calls": [unstructure(call)]}
-        await batch.run(scratch, placeholder)  # type: ignore[arg-type]
-        result: dict[str, Any] = dict(scratch.messages[1])
-        if batch.held and scratch.deferred is not None:
-            result["held"] = scratch.deferred
-        result["success"] = batch.succeeded[0]
-        # the hooks' injections: ephemeral ones for the next request, the others after
-        # the batch's results
-        result["injections"] = list(batch.pending_injections)
-        result["after"] = scratch.messages[2:]
-        return result
+        call = _call_of(request)
+        if request.get("answer") is None:
+            batch, scratch = _batch_of(_OneCall, mounted, request, call)
+            return await _ran(batch, scratch, call)
+        answering = _batch_of(_Answering, mounted, request, call)
+        answering[0].answer = structure(request["answer"], ToolResult)
+        answering[0].gated = request.get("input")
+        return await _ran(*answering, call)
 
     @activity.defn(name="amplifier-task-start")
     async def task_start(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Check a ``task`` call and say what to run for it: ``{"answer": result}`` (its
-        input is wrong: the call's error result, no child), ``{"resume": session_id}``,
-        ``{"failed": message, "agent": name}`` (a delegation the spawner refuses: deeper
-        than ``session.max_agent_depth``), or ``{"child": ...}``: the new child's
-        ``agent``, ``settings`` (its plan's, one level deeper) and first ``messages``
-        (the agent's instruction, and the parent's conversation it inherits)."""
+        """Gate a ``task`` call and say what to run for it.
+
+        The call goes through ``tool:pre`` and its approval first, as any call does (and
+        ``decision`` as in ``tool_call``): ``{"held": ...}`` when its approval was
+        deferred, ``{"message": ...}`` (its final ``role: tool`` message, as
+        ``tool_call`` gives it) when it is answered here (denied by a hook or by the user,
+        its arguments changed after the approval, its input not an object). Otherwise,
+        for the input the gate let through (``input``, a rewrite applied):
+        ``{"answer": result}`` (its input is wrong: the call's error result, no child),
+        ``{"resume": session_id}``, ``{"failed": message, "agent": name}`` (a delegation
+        the spawner refuses: deeper than ``session.max_agent_depth``), or ``{"child":
+        ...}``: the new child's ``agent``, ``settings`` (its plan's, one level deeper) and
+        first ``messages`` (the agent's instruction, and the parent's conversation it
+        inherits); with the gate's ``injections`` and ``after`` (its hooks'
+        injections)."""
         with self._span(request):
-            return await self._task_start(request)
+            return await self._beating(lambda: self._task_start(request))
 
     async def _task_start(self, request: dict[str, Any]) -> dict[str, Any]:
-        await anyio.lowlevel.checkpoint()
         mounted = self._plan(request["plan"])
         assert mounted.plan is not None
-        agents = agents_of(mounted.plan.raw)
-        checked = parse_request(request["call"]["arguments"] or {}, agents)
-        if isinstance(checked, ToolResult):
-            return {"answer": unstructure(checked)}
-        if checked.session_id:
-            return {"resume": checked.session_id, "instruction": checked.instruction}
-        depth = int(request["depth"]) + 1
-        limit = SessionLimits.from_settings(mounted.plan.session_settings).max_agent_depth
-        if depth > limit:
-            message = (
-                f"agent {checked.agent!r}: delegation depth limit reached "
-                f"(session.max_agent_depth = {limit}; this would be depth {depth})"
-            )
-            return {"failed": message, "agent": checked.agent}
-        agent = agents[checked.agent]
-        settings = settings_of(child_plan(mounted.plan, checked.agent))
-        settings["depth"] = depth
-        messages: list[dict[str, Any]] = []
-        system = agent_instruction(agent)
-        if system is not None:
-            messages.append({"role": "system", "content": system})
-        if checked.inherit != "none":
-            parent = list(request.get("messages") or [])
-            inherited = parent if checked.inherit == "all" else recent_turns(parent, checked.turns)
-            messages.extend(_sanitized(inherited))
-        return {
-            "child": {
-                "agent": checked.agent,
-                "settings": settings,
-                "messages": messages,
-                "instruction": checked.instruction,
-            }
-        }
+        call = _call_of(request)
+        gate = _Gate(call.name)
+        batch, scratch = _batch_of(_Gating, mounted, request, call, {call.name: gate})
+        batch.gate = gate
+        gated = await _ran(batch, scratch, call)
+        if not gate.passed:
+            held = gated.pop("held", None)
+            return {"held": held} if held is not None else {"message": gated}
+        found = _delegation(mounted.plan, request, gate.input)
+        found.update(input=gate.input, injections=gated["injections"], after=gated["after"])
+        return found
 
     async def _beating(self, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` while heartbeating every ``heartbeat_every`` seconds; Temporal's
@@ -372,3 +373,94 @@ class SessionActivities:
             found.append(await work())
             group.cancel_scope.cancel("activity work done: heartbeats stop")
         return found[0]
+
+
+B = TypeVar("B", bound=_OneCall)
+
+
+def _call_of(request: Mapping[str, Any]) -> ToolCall:
+    item = request["call"]
+    return ToolCall(id=str(item["id"]), name=str(item["name"]), arguments=item["arguments"])
+
+
+def _batch_of(
+    kind: type[B],
+    mounted: Mounted,
+    request: Mapping[str, Any],
+    call: ToolCall,
+    tools: Mapping[str, Any] | None = None,
+) -> tuple[B, _Scratch]:
+    """A one-call batch of ``kind`` for ``call`` on the mounted session (``tools``: in
+    place of its tools), with the request's ``decision``, and its scratch context."""
+    coordinator = mounted.coordinator
+    decision = request.get("decision") or {}
+    allowed = decision.get("decision") == "allow"
+    denied = {}
+    if decision.get("decision") == "deny":
+        denied[call.id] = str(decision.get("prompt", ""))
+    batch = kind(
+        calls=[call],
+        tools=(coordinator.get("tools") or {}) if tools is None else tools,
+        hooks=coordinator.hooks,
+        coordinator=coordinator,
+        handle=TurnHandle(hooks=coordinator.hooks),
+        config=mounted.batch_config,
+        parallel_group_id=str(request["group"]),
+        approved=frozenset({call.id}) if allowed else frozenset(),
+        denied=denied,
+    )
+    batch.reply_index = int(request["index"])
+    decided = str(decision["digest"]) if allowed else None
+    return batch, _Scratch([], key=str(request["key"]), decided=decided)
+
+
+async def _ran(batch: _OneCall, scratch: _Scratch, call: ToolCall) -> dict[str, Any]:
+    """Run ``batch``: its call's ``role: tool`` message, ``held`` (when it was held),
+    ``success``, the hooks' ``injections`` (ephemeral, for the next request) and
+    ``after`` (the persistent ones, after the batch's results)."""
+    placeholder = {"role": "assistant", "content": [], "tool_calls": [unstructure(call)]}
+    await batch.run(scratch, placeholder)  # type: ignore[arg-type]
+    result: dict[str, Any] = dict(scratch.messages[1])
+    if batch.held and scratch.deferred is not None:
+        result["held"] = scratch.deferred
+    result["success"] = batch.succeeded[0]
+    result["injections"] = list(batch.pending_injections)
+    result["after"] = scratch.messages[2:]
+    return result
+
+
+def _delegation(plan: MountPlan, request: Mapping[str, Any], tool_input: Any) -> dict[str, Any]:
+    """What a gated ``task`` call with ``tool_input`` runs (see ``task_start``)."""
+    agents = agents_of(plan.raw)
+    checked = parse_request(tool_input or {}, agents)
+    if isinstance(checked, ToolResult):
+        return {"answer": unstructure(checked)}
+    if checked.session_id:
+        return {"resume": checked.session_id, "instruction": checked.instruction}
+    depth = int(request["depth"]) + 1
+    limit = SessionLimits.from_settings(plan.session_settings).max_agent_depth
+    if depth > limit:
+        message = (
+            f"agent {checked.agent!r}: delegation depth limit reached "
+            f"(session.max_agent_depth = {limit}; this would be depth {depth})"
+        )
+        return {"failed": message, "agent": checked.agent}
+    agent = agents[checked.agent]
+    settings = settings_of(child_plan(plan, checked.agent))
+    settings["depth"] = depth
+    messages: list[dict[str, Any]] = []
+    system = agent_instruction(agent)
+    if system is not None:
+        messages.append({"role": "system", "content": system})
+    if checked.inherit != "none":
+        parent = list(request.get("messages") or [])
+        inherited = parent if checked.inherit == "all" else recent_turns(parent, checked.turns)
+        messages.extend(_sanitized(inherited))
+    return {
+        "child": {
+            "agent": checked.agent,
+            "settings": settings,
+            "messages": messages,
+            "instruction": checked.instruction,
+        }
+    }

@@ -590,8 +590,9 @@ class SessionWorkflow:
         spec = self._settings["tools"]
         handles: list[asyncio.Future[Any]] = []
         for index, call, decision in calls:
-            if call.get("delegate") and decision is None:  # a task call: a child workflow
-                handles.append(asyncio.create_task(self._delegate(turn, index, call, group)))
+            if call.get("delegate"):  # a task call: gated, then a child workflow
+                delegated = self._delegate(turn, index, call, group, decision)
+                handles.append(asyncio.create_task(delegated))
                 continue
             attempts = int(spec["maximum_attempts"]) if call.get("idempotent") else 1
             request = self._tool_request(turn, index, call, group)
@@ -644,29 +645,46 @@ class SessionWorkflow:
         }
 
     async def _delegate(
-        self, turn: _TurnState, index: int, call: dict[str, Any], group: str
+        self,
+        turn: _TurnState,
+        index: int,
+        call: dict[str, Any],
+        group: str,
+        decision: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """A ``task`` call: check it (an activity), run its child session as a child
-        workflow, then answer the call through the tool batch (an activity: ``tool:pre``,
-        the answer, ``tool:post``), as the in-process tool-task answers it."""
+        """A ``task`` call: gate it (an activity: its ``tool:pre`` and approval, with
+        ``decision`` once it was held), run its child session as a child workflow, then
+        answer the call through the tool batch (an activity: the answer, ``tool:post``),
+        as the in-process tool-task answers it. A held call comes back ``{"held": ...}``;
+        a denied one with its answer and no child."""
         spec = self._settings["tools"]
         options = _options(spec, int(spec["maximum_attempts"]))  # neither runs a tool
         request = self._tool_request(turn, index, call, group)
+        gate = {**request, "messages": self._messages, "depth": self._settings.get("depth", 0)}
+        attempt = ""
+        if decision is not None:
+            gate["decision"] = decision
+            attempt = f"-{decision['round']}"
         plan: dict[str, Any] = await workflow.execute_activity(
-            TASK_START_ACTIVITY,
-            {**request, "messages": self._messages, "depth": self._settings.get("depth", 0)},
-            activity_id=f"task-{call['id']}",
-            **options,
+            TASK_START_ACTIVITY, gate, activity_id=f"task-{call['id']}{attempt}", **options
         )
+        if "held" in plan:
+            return {"held": plan["held"]}
+        if "message" in plan:  # answered at its gate: no child runs
+            denied: dict[str, Any] = plan["message"]
+            return denied
         answer = plan.get("answer")
         if answer is None:
             answer = await self._run_child(turn, str(call["id"]), plan)
         result: dict[str, Any] = await workflow.execute_activity(
             TOOL_ACTIVITY,
-            {**request, "answer": answer},
-            activity_id=f"tool-{call['id']}",
+            {**request, "answer": answer, "input": plan["input"]},
+            activity_id=f"tool-{call['id']}{attempt}",
             **options,
         )
+        # the gate's injections (tool:pre's) come before the answer's (tool:post's)
+        result["injections"] = [*plan["injections"], *result["injections"]]
+        result["after"] = [*plan["after"], *result["after"]]
         return result
 
     async def _run_child(
