@@ -182,6 +182,79 @@ async def test_a_deadline_around_run_is_caught_by_its_own_scope(
     assert result.status is TurnStatus.CANCELLED
 
 
+def queued_turns() -> list[dict[str, Any]]:
+    """A first turn whose one call takes 2 s, then the answers of two more turns."""
+    return [
+        reply(calls=[("s1", "marker", {"delay": 2})]),
+        reply("first done"),
+        reply("second done"),
+    ]
+
+
+async def test_two_callers_at_once_run_one_turn_after_the_other(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    plan = marker_plan(queued_turns(), marks, FAST)
+    task_queue = queue()
+    results: dict[str, Any] = {}
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        other = await sessions.attach(session.id)  # a second caller, as another process has
+
+        async def turn(caller: Any, prompt: str) -> None:
+            results[prompt] = await caller.run(prompt)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(turn, session, "one")
+            await marks_of(marks, "s1")  # the first turn runs
+            group.start_soon(turn, other, "two")
+        messages = await session.messages()
+    assert (results["one"].status, results["one"].text) == (TurnStatus.SUCCESS, "first done")
+    assert (results["two"].status, results["two"].text) == (TurnStatus.SUCCESS, "second done")
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    assert users == ["one", "two"]
+    calls_answered_in_order(messages)
+
+
+async def test_a_callers_cancel_never_cancels_another_callers_turn(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """A caller whose turn waits behind another's gives up (a deadline around its
+    ``run()``): its turn never runs, and the running turn, someone else's, goes on. (Before,
+    its cancel cancelled the running turn, and its own turn ran after it.)"""
+    marks = tmp_path / "marks"
+    plan = marker_plan(queued_turns(), marks, FAST)
+    task_queue = queue()
+    results: dict[str, Any] = {}
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        other = await sessions.attach(session.id)
+
+        async def first() -> None:
+            results["one"] = await session.run("one")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(first)
+            await marks_of(marks, "s1")
+            with anyio.move_on_after(0.5) as cut:
+                await other.run("two")  # queued behind "one"
+        assert cut.cancelled_caught
+        after = await session.run("three")  # the session goes on; "two" never ran
+        messages = await session.messages()
+    assert (results["one"].status, results["one"].text) == (TurnStatus.SUCCESS, "first done")
+    assert (marks / "s1").read_text().count("\n") == 1
+    assert (after.status, after.text) == (TurnStatus.SUCCESS, "second done")
+    assert [m["content"] for m in messages if m["role"] == "user"] == ["one", "three"]
+    calls_answered_in_order(messages)
+
+
 async def test_unreachable_server_is_a_clear_error_within_a_bound() -> None:
     address = f"127.0.0.1:{free_port()}"
     with anyio.fail_after(20):

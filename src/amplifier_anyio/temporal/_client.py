@@ -192,10 +192,15 @@ class DurableSession:
             data = await self._portal.call(outcome)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_WAIT):
-                await self._portal.call(self._handle.signal, "cancel", True)
+                await self._portal.call(self._cancel_turn, update_id)
                 await self._portal.call(outcome)
             raise
         return turn_result(data)
+
+    async def _cancel_turn(self, update_id: str) -> None:
+        """Cancel this caller's own turn (immediately): the running one if it is this, a
+        queued one before it starts, never another caller's."""
+        await self._handle.signal("cancel", args=[True, update_id])
 
     async def cancel(self, immediate: bool = False) -> None:
         """Cancel the running turn: graceful (the running batch finishes, no new provider

@@ -141,6 +141,12 @@ class SessionWorkflow:
         self._closing = False
         self._graceful = False
         self._turn_task: asyncio.Task[dict[str, Any]] | None = None
+        self._running_turn: str | None = None
+        """The update id of the running turn (its ``run``), or None."""
+        self._queued: set[str] = set()
+        """The update ids of the turns waiting for the running one to end."""
+        self._dropped: set[str] = set()
+        """Queued turns cancelled before they started: they never run."""
         self._last: dict[str, Any] | None = start.get("last")
         self._pending: dict[str, dict[str, Any]] = {}
         """Call id → the held call (tool, input, prompt, digest), in call order."""
@@ -234,8 +240,17 @@ class SessionWorkflow:
         return self._last
 
     @workflow.signal(name="cancel")
-    def cancel(self, immediate: bool) -> None:
-        """Cancel the running turn: graceful (no new provider call) or immediate."""
+    def cancel(self, immediate: bool, turn: str | None = None) -> None:
+        """Cancel the running turn: graceful (no new provider call) or immediate. ``turn``
+        (a ``run`` update's id) cancels only that turn: one still waiting for the running
+        turn never runs, one already ended is left alone, and the running one is
+        cancelled only if it is that turn."""
+        if turn is not None:
+            if turn in self._queued:
+                self._dropped.add(turn)
+                return
+            if turn != self._running_turn:
+                return  # that turn ended: the one running now is someone else's
         if not self._busy:
             return
         self._graceful = True
@@ -262,8 +277,21 @@ class SessionWorkflow:
     async def run_turn(self, prompt: str, trace_root: str | None = None) -> dict[str, Any]:
         """Run one turn (after any turn still running) and return its result; its spans
         in the trace ``trace_root`` (``TRACE/SPAN``: the caller's turn span, `_spans`)."""
-        await workflow.wait_condition(lambda: not self._busy)
-        return await self._one_turn(self._turn(prompt, trace_root=trace_root))
+        info = workflow.current_update_info()
+        turn_id = info.id if info is not None else ""
+        self._queued.add(turn_id)
+        try:
+            await workflow.wait_condition(lambda: not self._busy or turn_id in self._dropped)
+        finally:
+            self._queued.discard(turn_id)
+        if turn_id in self._dropped:  # its caller cancelled it while it waited its turn
+            self._dropped.discard(turn_id)
+            return _never_ran()
+        self._running_turn = turn_id
+        try:
+            return await self._one_turn(self._turn(prompt, trace_root=trace_root))
+        finally:
+            self._running_turn = None
 
     async def _one_turn(self, turn: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
         """Run ``turn`` as the session's one running turn (a cancel reaches it through
@@ -796,6 +824,20 @@ class SessionWorkflow:
         failure = ToolResult(success=False, error={"message": message, "type": "DelegationError"})
         found: dict[str, Any] = unstructure(failure)
         return found
+
+
+def _never_ran() -> dict[str, Any]:
+    """The result of a turn cancelled before it started: nothing ran, nothing was kept."""
+    return {
+        "text": "",
+        "status": str(TurnStatus.CANCELLED),
+        "turn_count": 0,
+        "usage": {},
+        "trace_id": None,
+        "finish_reason": None,
+        "error": None,
+        "problems": [],
+    }
 
 
 def _child_start(plan: dict[str, Any], known: dict[str, Any] | None) -> dict[str, Any]:
