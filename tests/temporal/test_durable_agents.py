@@ -184,6 +184,125 @@ async def test_budget_is_carried_down_and_a_spent_remainder_stops_the_tree(
     assert not any((tmp_path / "in-marks" / c).exists() for c, _, _ in child_calls)
 
 
+def two_delegations(first: str, second: str) -> dict[str, Any]:
+    """One reply with two ``task`` calls, ``t1`` and ``t2``: their children run at once."""
+    helper = {"agent": "helper"}
+    return reply(
+        calls=[
+            ("t1", "task", {**helper, "instruction": first}),
+            ("t2", "task", {**helper, "instruction": second}),
+        ]
+    )
+
+
+async def signals_named(session: Any, name: str) -> int:
+    """How many signals ``name`` the session's workflow history holds."""
+
+    async def count() -> int:
+        found = 0
+        async for event in session._handle.fetch_history_events():
+            if event.HasField("workflow_execution_signaled_event_attributes"):
+                signal = event.workflow_execution_signaled_event_attributes.signal_name
+                found += signal == name
+        return found
+
+    counted: int = await session._portal.call(count)
+    return counted
+
+
+async def test_children_running_at_once_share_the_budget_and_a_spent_tree_stops(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """The parent's remainder after its first reply is 70 tokens; child a spends 60 and
+    child b 45, each within it alone, over it together. As in-process, the tree stops the
+    moment it runs out: child a's reports reach the parent while child b waits on its first
+    call, the parent ends ``incomplete`` / ``budget`` and cancels child b, whose later
+    calls never run; every call of every transcript is answered. (Before, each child spent
+    from its own copy of the remainder: child b ran on, its call for a minute.)"""
+    scripts = {
+        "go": [two_delegations("job a", "job b"), reply("never")],
+        "job a": [
+            *(reply(calls=[(f"a{i}", "marker", {"delay": 0})]) for i in (1, 2, 3)),
+            reply("a done"),
+        ],
+        "job b": [
+            reply(calls=[("b1", "marker", {"delay": 60})]),
+            reply(calls=[("b2", "marker", {"delay": 0})]),
+            reply("b done"),
+        ],
+    }
+    budget = {"max_tokens": 85}
+    local = agent_plan(scripts, tmp_path / "in-marks", budget=budget)
+    expected, _ = await in_process(local, ["go"])
+    marks = tmp_path / "marks"
+    plan = agent_plan(scripts, marks, FAST, budget=budget)
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        with anyio.fail_after(30):
+            result = await session.run("go")
+        messages = await session.messages()
+        children = [await sessions.attach(f"{session.id}-{t}") for t in ("t1", "t2")]
+        child_messages = [await child.messages() for child in children]
+        late = await children[1].last_result()
+        reports = await signals_named(session, "charge")
+    want = expected[0]
+    assert (want.status, want.finish_reason) == (TurnStatus.INCOMPLETE, "budget")
+    assert (result.status, result.finish_reason) == (want.status, want.finish_reason)
+    assert result.usage == want.usage
+    assert result.usage.total_tokens == 90 <= 85 + 15  # the budget and one call in flight
+    assert result.problems == want.problems
+    for transcript in (messages, *child_messages):
+        calls_answered_in_order(transcript)
+    assert late is not None
+    assert late.status is TurnStatus.CANCELLED
+    assert content(child_messages[1][-1])["cancelled"] is True  # b1, cut by the parent
+    assert [(marks / c).exists() for c in ("a1", "a2", "a3", "b1", "b2")] == [True] * 4 + [False]
+    assert not (tmp_path / "in-marks" / "b2").exists()
+    assert reports > 0
+
+
+@pytest.mark.parametrize("budget", [None, {"max_tokens": 100}], ids=["unbudgeted", "budgeted"])
+async def test_children_at_once_usage_as_in_process_and_reports_only_with_a_budget(
+    temporal_server: str, tmp_path: Path, budget: dict[str, Any] | None
+) -> None:
+    """Two children at once, a tree that does not run out: the parent's usage and answer
+    are the in-process ones (90 tokens: a child's reported spending is not charged again
+    when it finishes, or the 100-token budget would run out). Only a tree with a budget
+    sends ``charge`` reports: without one, the parent's history holds none."""
+    scripts = {
+        "go": [two_delegations("job a", "job b"), reply("parent done")],
+        "job a": [reply(calls=[("a1", "marker", {"delay": 0})]), reply("a done")],
+        "job b": [reply(calls=[("b1", "marker", {"delay": 0})]), reply("b done")],
+    }
+    local = agent_plan(scripts, tmp_path / "in-marks", budget=budget)
+    expected, transcript = await in_process(local, ["go"])
+    plan = agent_plan(scripts, tmp_path / "marks", FAST, budget=budget)
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        with anyio.fail_after(30):
+            result = await session.run("go")
+        messages = await session.messages()
+        reports = await signals_named(session, "charge")
+    want = expected[0]
+    assert (result.text, result.status) == (want.text, want.status)
+    assert (result.text, result.status) == ("parent done", TurnStatus.SUCCESS)
+    assert result.usage == want.usage
+    assert result.usage.total_tokens == 6 * 15
+    assert normalised(messages) == normalised(transcript)
+    if budget is None:
+        assert reports == 0
+    else:
+        assert reports > 0
+
+
 async def test_depth_limit_and_resume(temporal_server: str, tmp_path: Path) -> None:
     """``max_agent_depth: 1``: the helper's own task call is its error result, never a
     hang; a second task call with the first child's ``session_id`` continues its
