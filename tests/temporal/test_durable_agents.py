@@ -265,6 +265,46 @@ async def test_children_running_at_once_share_the_budget_and_a_spent_tree_stops(
     assert reports > 0
 
 
+async def test_a_grandchilds_refused_batch_is_the_roots_budget_running_out(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """The root may run 4 tool calls; its task call and its child's are two, so the
+    grandchild has 2 left and its batch of 3 does not start. As in-process, that is the
+    root's budget running out (the grandchild's refusal is reported up through its parent):
+    the root ends ``incomplete`` / ``budget`` with the in-process problems. (Before, the
+    refusal stopped only the middle child; the root went on and answered.)"""
+    grandchild_calls = [(f"g{i}", "marker", {"delay": 0}) for i in range(3)]
+    scripts = {
+        "go": [delegate("t1", "sub job"), reply("root done")],
+        "sub job": [delegate("d1", "deeper"), reply("child done")],
+        "deeper": [reply(calls=grandchild_calls), reply("grandchild done")],
+    }
+    budget = {"max_tool_calls": 4}
+    local = agent_plan(scripts, tmp_path / "in-marks", budget=budget)
+    expected, _ = await in_process(local, ["go"])
+    marks = tmp_path / "marks"
+    plan = agent_plan(scripts, marks, FAST, budget=budget)
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        with anyio.fail_after(30):
+            result = await session.run("go")
+        messages = await session.messages()
+        child = await sessions.attach(f"{session.id}-t1")
+        grandchild = await sessions.attach(f"{session.id}-t1-d1")
+        transcripts = [messages, await child.messages(), await grandchild.messages()]
+    want = expected[0]
+    assert (want.status, want.finish_reason) == (TurnStatus.INCOMPLETE, "budget")
+    assert (result.status, result.finish_reason) == (want.status, want.finish_reason)
+    assert result.problems == want.problems
+    for transcript in transcripts:
+        calls_answered_in_order(transcript)
+    assert not any((marks / c).exists() for c, _, _ in grandchild_calls)
+
+
 @pytest.mark.parametrize("budget", [None, {"max_tokens": 100}], ids=["unbudgeted", "budgeted"])
 async def test_children_at_once_usage_as_in_process_and_reports_only_with_a_budget(
     temporal_server: str, tmp_path: Path, budget: dict[str, Any] | None
