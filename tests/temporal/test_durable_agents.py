@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 from _temporal_kit import FAST, agent_plan, queue, reply
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from test_durable_kill import WorkerProcess
 from test_durable_kill import _interrupted as interrupted
 from test_durable_sessions import calls_answered_in_order, content, in_process, marks_of
@@ -20,6 +21,7 @@ from test_durable_sessions import calls_answered_in_order, content, in_process, 
 from amplifier_anyio import TurnStatus
 from amplifier_anyio.errors import DurableSessionError
 from amplifier_anyio.temporal import SessionWorker, TemporalSessions
+from amplifier_anyio.temporal._workflow import SessionWorkflow
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -210,6 +212,21 @@ async def signals_named(session: Any, name: str) -> int:
     return counted
 
 
+async def replay(*sessions: Any) -> None:
+    """Replay each session's workflow history from its first event: a change of its
+    commands (a nondeterministic workflow, a signal handled differently) fails here."""
+
+    async def check(session: Any) -> None:
+        history = await session._handle.fetch_history()
+        replayer = Replayer(
+            workflows=[SessionWorkflow], workflow_runner=UnsandboxedWorkflowRunner()
+        )
+        await replayer.replay_workflow(history)
+
+    for session in sessions:
+        await session._portal.call(check, session)
+
+
 async def test_children_running_at_once_share_the_budget_and_a_spent_tree_stops(
     temporal_server: str, tmp_path: Path
 ) -> None:
@@ -249,6 +266,7 @@ async def test_children_running_at_once_share_the_budget_and_a_spent_tree_stops(
         child_messages = [await child.messages() for child in children]
         late = await children[1].last_result()
         reports = await signals_named(session, "charge")
+        await replay(session, *children)  # the reports' handling is replay-safe
     want = expected[0]
     assert (want.status, want.finish_reason) == (TurnStatus.INCOMPLETE, "budget")
     assert (result.status, result.finish_reason) == (want.status, want.finish_reason)
