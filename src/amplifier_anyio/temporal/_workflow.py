@@ -2,9 +2,10 @@
 
 A session is one workflow (its id is the session id); a turn is the update ``run(prompt)``
 returning the turn's result as plain data; ``messages``, ``pending_approvals`` and
-``last_result`` are queries; ``cancel(immediate)`` is a signal. The loop asks the shared
-turn policy (``runtime/_policy.py``) every decision the in-process engine asks it, so the
-two drivers cannot drift. Each provider call and each tool call is one activity
+``last_result`` are queries; ``cancel(immediate)`` is a signal, and so is ``charge`` (a
+child session's running totals, reported to its parent in a tree with a budget). The loop
+asks the shared turn policy (``runtime/_policy.py``) every decision the in-process engine
+asks it, so the two drivers cannot drift. Each provider call and each tool call is one activity
 (``_activities.py``); all calls of a reply start at once and their results are appended in
 call order. A call without a result is answered *cancelled* when a cancel stopped it and
 *interrupted* when its attempt was lost (its worker died and the call may not run twice).
