@@ -278,7 +278,8 @@ async def test_children_running_at_once_share_the_budget_and_a_spent_tree_stops(
     assert late is not None
     assert late.status is TurnStatus.CANCELLED
     assert content(child_messages[1][-1])["cancelled"] is True  # b1, cut by the parent
-    assert [(marks / c).exists() for c in ("a1", "a2", "a3", "b1", "b2")] == [True] * 4 + [False]
+    assert all((marks / c).read_text().count("\n") == 1 for c in ("a1", "a2", "a3"))
+    assert not (marks / "b2").exists()  # b1 ran (or was cut before it started), b2 never
     assert not (tmp_path / "in-marks" / "b2").exists()
     assert reports > 0
 
