@@ -331,7 +331,8 @@ async def test_children_at_once_usage_as_in_process_and_reports_only_with_a_budg
     """Two children at once, a tree that does not run out: the parent's usage and answer
     are the in-process ones (90 tokens: a child's reported spending is not charged again
     when it finishes, or the 100-token budget would run out). Only a tree with a budget
-    sends ``charge`` reports: without one, the parent's history holds none."""
+    sends ``charge`` reports: without one, the parent's history holds none. A report that
+    comes when no turn runs is ignored: the next turn is charged nothing for it."""
     scripts = {
         "go": [two_delegations("job a", "job b"), reply("parent done")],
         "job a": [reply(calls=[("a1", "marker", {"delay": 0})]), reply("a done")],
@@ -350,7 +351,12 @@ async def test_children_at_once_usage_as_in_process_and_reports_only_with_a_budg
             result = await session.run("go")
         messages = await session.messages()
         reports = await signals_named(session, "charge")
+        stray = {"key": "gone/t1", "tokens": 10**6, "cost_usd": 1.0, "tool_calls": 50}
+        await session._portal.call(session._handle.signal, "charge", {**stray, "refused": 9})
+        with anyio.fail_after(30):
+            after = await session.run("again")  # answered by the script's last reply
     want = expected[0]
+    assert (after.status, after.usage.total_tokens) == (TurnStatus.SUCCESS, 15)
     assert (result.text, result.status) == (want.text, want.status)
     assert (result.text, result.status) == ("parent done", TurnStatus.SUCCESS)
     assert result.usage == want.usage
