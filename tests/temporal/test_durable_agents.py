@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 from _temporal_kit import FAST, agent_plan, queue, reply
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from test_durable_kill import WorkerProcess
 from test_durable_kill import _interrupted as interrupted
 from test_durable_sessions import calls_answered_in_order, content, in_process, marks_of
@@ -20,6 +21,7 @@ from test_durable_sessions import calls_answered_in_order, content, in_process, 
 from amplifier_anyio import TurnStatus
 from amplifier_anyio.errors import DurableSessionError
 from amplifier_anyio.temporal import SessionWorker, TemporalSessions
+from amplifier_anyio.temporal._workflow import SessionWorkflow
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -182,6 +184,188 @@ async def test_budget_is_carried_down_and_a_spent_remainder_stops_the_tree(
     calls_answered_in_order(child_messages)
     assert not any((marks / c).exists() for c, _, _ in child_calls)
     assert not any((tmp_path / "in-marks" / c).exists() for c, _, _ in child_calls)
+
+
+def two_delegations(first: str, second: str) -> dict[str, Any]:
+    """One reply with two ``task`` calls, ``t1`` and ``t2``: their children run at once."""
+    helper = {"agent": "helper"}
+    return reply(
+        calls=[
+            ("t1", "task", {**helper, "instruction": first}),
+            ("t2", "task", {**helper, "instruction": second}),
+        ]
+    )
+
+
+async def signals_named(session: Any, name: str) -> int:
+    """How many signals ``name`` the session's workflow history holds."""
+
+    async def count() -> int:
+        found = 0
+        async for event in session._handle.fetch_history_events():
+            if event.HasField("workflow_execution_signaled_event_attributes"):
+                signal = event.workflow_execution_signaled_event_attributes.signal_name
+                found += signal == name
+        return found
+
+    counted: int = await session._portal.call(count)
+    return counted
+
+
+async def replay(*sessions: Any) -> None:
+    """Replay each session's workflow history from its first event: a change of its
+    commands (a nondeterministic workflow, a signal handled differently) fails here."""
+
+    async def check(session: Any) -> None:
+        history = await session._handle.fetch_history()
+        replayer = Replayer(
+            workflows=[SessionWorkflow], workflow_runner=UnsandboxedWorkflowRunner()
+        )
+        await replayer.replay_workflow(history)
+
+    for session in sessions:
+        await session._portal.call(check, session)
+
+
+async def test_children_running_at_once_share_the_budget_and_a_spent_tree_stops(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """The parent's remainder after its first reply is 70 tokens; child a spends 60 and
+    child b 45, each within it alone, over it together. As in-process, the tree stops the
+    moment it runs out: child a's reports reach the parent while child b waits on its first
+    call, the parent ends ``incomplete`` / ``budget`` and cancels child b, whose later
+    calls never run; every call of every transcript is answered. (Before, each child spent
+    from its own copy of the remainder: child b ran on, its call for a minute.)"""
+    scripts = {
+        "go": [two_delegations("job a", "job b"), reply("never")],
+        "job a": [
+            *(reply(calls=[(f"a{i}", "marker", {"delay": 0})]) for i in (1, 2, 3)),
+            reply("a done"),
+        ],
+        "job b": [
+            reply(calls=[("b1", "marker", {"delay": 60})]),
+            reply(calls=[("b2", "marker", {"delay": 0})]),
+            reply("b done"),
+        ],
+    }
+    budget = {"max_tokens": 85}
+    local = agent_plan(scripts, tmp_path / "in-marks", budget=budget)
+    expected, _ = await in_process(local, ["go"])
+    marks = tmp_path / "marks"
+    plan = agent_plan(scripts, marks, FAST, budget=budget)
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        with anyio.fail_after(30):
+            result = await session.run("go")
+        messages = await session.messages()
+        children = [await sessions.attach(f"{session.id}-{t}") for t in ("t1", "t2")]
+        child_messages = [await child.messages() for child in children]
+        late = await children[1].last_result()
+        reports = await signals_named(session, "charge")
+        await replay(session, *children)  # the reports' handling is replay-safe
+    want = expected[0]
+    assert (want.status, want.finish_reason) == (TurnStatus.INCOMPLETE, "budget")
+    assert (result.status, result.finish_reason) == (want.status, want.finish_reason)
+    assert result.usage == want.usage
+    assert result.usage.total_tokens == 90 <= 85 + 15  # the budget and one call in flight
+    assert result.problems == want.problems
+    for transcript in (messages, *child_messages):
+        calls_answered_in_order(transcript)
+    assert late is not None
+    assert late.status is TurnStatus.CANCELLED
+    assert content(child_messages[1][-1])["cancelled"] is True  # b1, cut by the parent
+    assert all((marks / c).read_text().count("\n") == 1 for c in ("a1", "a2", "a3"))
+    assert not (marks / "b2").exists()  # b1 ran (or was cut before it started), b2 never
+    assert not (tmp_path / "in-marks" / "b2").exists()
+    assert reports > 0
+
+
+async def test_a_grandchilds_refused_batch_is_the_roots_budget_running_out(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """The root may run 4 tool calls; its task call and its child's are two, so the
+    grandchild has 2 left and its batch of 3 does not start. As in-process, that is the
+    root's budget running out (the grandchild's refusal is reported up through its parent):
+    the root ends ``incomplete`` / ``budget`` with the in-process problems. (Before, the
+    refusal stopped only the middle child; the root went on and answered.)"""
+    grandchild_calls = [(f"g{i}", "marker", {"delay": 0}) for i in range(3)]
+    scripts = {
+        "go": [delegate("t1", "sub job"), reply("root done")],
+        "sub job": [delegate("d1", "deeper"), reply("child done")],
+        "deeper": [reply(calls=grandchild_calls), reply("grandchild done")],
+    }
+    budget = {"max_tool_calls": 4}
+    local = agent_plan(scripts, tmp_path / "in-marks", budget=budget)
+    expected, _ = await in_process(local, ["go"])
+    marks = tmp_path / "marks"
+    plan = agent_plan(scripts, marks, FAST, budget=budget)
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        with anyio.fail_after(30):
+            result = await session.run("go")
+        messages = await session.messages()
+        child = await sessions.attach(f"{session.id}-t1")
+        grandchild = await sessions.attach(f"{session.id}-t1-d1")
+        transcripts = [messages, await child.messages(), await grandchild.messages()]
+    want = expected[0]
+    assert (want.status, want.finish_reason) == (TurnStatus.INCOMPLETE, "budget")
+    assert (result.status, result.finish_reason) == (want.status, want.finish_reason)
+    assert result.problems == want.problems
+    for transcript in transcripts:
+        calls_answered_in_order(transcript)
+    assert not any((marks / c).exists() for c, _, _ in grandchild_calls)
+
+
+@pytest.mark.parametrize("budget", [None, {"max_tokens": 100}], ids=["unbudgeted", "budgeted"])
+async def test_children_at_once_usage_as_in_process_and_reports_only_with_a_budget(
+    temporal_server: str, tmp_path: Path, budget: dict[str, Any] | None
+) -> None:
+    """Two children at once, a tree that does not run out: the parent's usage and answer
+    are the in-process ones (90 tokens: a child's reported spending is not charged again
+    when it finishes, or the 100-token budget would run out). Only a tree with a budget
+    sends ``charge`` reports: without one, the parent's history holds none. A report that
+    comes when no turn runs is ignored: the next turn is charged nothing for it."""
+    scripts = {
+        "go": [two_delegations("job a", "job b"), reply("parent done")],
+        "job a": [reply(calls=[("a1", "marker", {"delay": 0})]), reply("a done")],
+        "job b": [reply(calls=[("b1", "marker", {"delay": 0})]), reply("b done")],
+    }
+    local = agent_plan(scripts, tmp_path / "in-marks", budget=budget)
+    expected, transcript = await in_process(local, ["go"])
+    plan = agent_plan(scripts, tmp_path / "marks", FAST, budget=budget)
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
+        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
+    ):
+        session = await sessions.open(plan)
+        with anyio.fail_after(30):
+            result = await session.run("go")
+        messages = await session.messages()
+        reports = await signals_named(session, "charge")
+        stray = {"key": "gone/t1", "tokens": 10**6, "cost_usd": 1.0, "tool_calls": 50}
+        await session._portal.call(session._handle.signal, "charge", {**stray, "refused": 9})
+        with anyio.fail_after(30):
+            after = await session.run("again")  # answered by the script's last reply
+    want = expected[0]
+    assert (after.status, after.usage.total_tokens) == (TurnStatus.SUCCESS, 15)
+    assert (result.text, result.status) == (want.text, want.status)
+    assert (result.text, result.status) == ("parent done", TurnStatus.SUCCESS)
+    assert result.usage == want.usage
+    assert result.usage.total_tokens == 6 * 15
+    assert normalised(messages) == normalised(transcript)
+    if budget is None:
+        assert reports == 0
+    else:
+        assert reports > 0
 
 
 async def test_depth_limit_and_resume(temporal_server: str, tmp_path: Path) -> None:

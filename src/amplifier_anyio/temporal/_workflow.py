@@ -2,9 +2,10 @@
 
 A session is one workflow (its id is the session id); a turn is the update ``run(prompt)``
 returning the turn's result as plain data; ``messages``, ``pending_approvals`` and
-``last_result`` are queries; ``cancel(immediate)`` is a signal. The loop asks the shared
-turn policy (``runtime/_policy.py``) every decision the in-process engine asks it, so the
-two drivers cannot drift. Each provider call and each tool call is one activity
+``last_result`` are queries; ``cancel(immediate)`` is a signal, and so is ``charge`` (a
+child session's running totals, reported to its parent in a tree with a budget). The loop
+asks the shared turn policy (``runtime/_policy.py``) every decision the in-process engine
+asks it, so the two drivers cannot drift. Each provider call and each tool call is one activity
 (``_activities.py``); all calls of a reply start at once and their results are appended in
 call order. A call without a result is answered *cancelled* when a cancel stopped it and
 *interrupted* when its attempt was lost (its worker died and the call may not run twice).
@@ -87,16 +88,54 @@ def _budget(limits: dict[str, Any] | None) -> Budget:
     )
 
 
-def _charge(turn: _TurnState, result: dict[str, Any], spent: dict[str, Any]) -> None:
-    """What a child spent, charged to its parent's turn, as in-process it is charged up
-    the tree: its usage, tool calls and dollars, and the calls its remainder refused (this
-    budget's limit)."""
+_SPENT = ("tokens", "cost_usd", "tool_calls", "refused")
+"""What a turn reports it has spent (``_TurnState.spent``), every count only growing."""
+
+
+def _charge_spent(turn: _TurnState, key: str | None, spent: dict[str, Any]) -> bool:
+    """Charge ``turn`` with what its child ``key`` has spent so far (``spent``: the
+    child's running totals, ``_SPENT``) beyond what was already charged for it, as
+    in-process the child's spending is charged up the tree as it happens: tokens and
+    dollars, tool calls, and the calls its remainder refused (this turn's limit, if this
+    turn's chain could not take them either). Totals that arrive late or out of order
+    charge nothing twice. Whether anything was charged; nothing for a ``key`` this turn
+    does not run (a report that came after its child was settled)."""
+    if key is None:
+        charged = dict.fromkeys(_SPENT, 0)  # a tree without a budget: charged once, at the end
+    elif key in turn.charged:
+        charged = turn.charged[key]
+    else:
+        return False
+    more = {k: max(0, spent.get(k) or 0) - charged[k] for k in _SPENT}
+    if all(value <= 0 for value in more.values()):
+        return False
+    for k in _SPENT:
+        charged[k] = max(charged[k], spent.get(k) or 0)
+    calls, tokens, cost = int(more["tool_calls"]), int(more["tokens"]), float(more["cost_usd"])
+    if calls > 0:  # they ran under the child's check of this turn's remainder
+        for meter in turn.meter.chain():
+            meter.tool_calls += calls
+    if tokens > 0 or cost > 0:
+        turn.meter.charge_usage(Usage(total_tokens=max(tokens, 0)), max(cost, 0.0))
+    refused = int(more["refused"])
+    if refused > 0:
+        room = turn.meter.remaining().max_tool_calls
+        if turn.meter.over is not None or (room is not None and refused > room):
+            turn.meter.charge_tool_calls(refused)  # refused here too: the highest limit runs out
+            turn.refused += refused
+    return True
+
+
+def _charge(
+    turn: _TurnState, key: str | None, result: dict[str, Any], spent: dict[str, Any]
+) -> bool:
+    """A finished child's result charged to its parent's turn: its usage counted in the
+    turn's, and what it spent that its reports had not charged yet. Whether anything was."""
     turn.usage = _add_usage(turn.usage, result["usage"])
-    for meter in turn.meter.chain():
-        meter.tool_calls += int(spent["tool_calls"])
-    turn.meter.charge_usage(structure(result["usage"] or {}, Usage), float(spent["cost_usd"] or 0))
-    if spent["refused"]:
-        turn.meter.charge_tool_calls(int(spent["refused"]))
+    charged = _charge_spent(turn, key, spent)
+    if key is not None:
+        turn.charged.pop(key, None)  # settled: a report still on its way charges nothing
+    return charged
 
 
 async def _settled(turn: _TurnState, handles: list[asyncio.Future[Any]]) -> bool:
@@ -159,6 +198,13 @@ class SessionWorkflow:
         self._running: dict[str, workflow.ChildWorkflowHandle[Any, Any]] = {}
         self._noted: dict[str, dict[str, Any]] = {}  # per task call: what resumes its child
         self._signals: set[asyncio.Task[None]] = set()
+        self._state: _TurnState | None = None
+        """The running turn (what a child's ``charge`` report is charged to), or None."""
+        self._upward: dict[str, str] | None = None
+        """A child session in a tree with a budget: its ``parent`` workflow id and the
+        ``key`` its ``charge`` reports carry; None: it reports nothing."""
+        self._reporting = False
+        self._unreported = False
         self._trace: str | None = None
         """The running turn's trace id (its events carry it)."""
         self._trace_root: str | None = None
@@ -266,6 +312,42 @@ class SessionWorkflow:
         self._signals.add(sent)
         sent.add_done_callback(self._signals.discard)
 
+    @workflow.signal(name="charge")
+    def charge(self, report: dict[str, Any]) -> None:
+        """What a running child session has spent so far (its running totals and the
+        ``key`` of its task call), sent only in a tree with a budget: charged to the
+        running turn's meter at once, so the tree's budget running out stops the turn
+        (and every child) while its children still run. Ignored after the turn."""
+        turn = self._state
+        if turn is None or not isinstance(report, dict):
+            return
+        if _charge_spent(turn, str(report.get("key")), report):
+            self._report(turn)  # up the tree: a grandchild's spending reaches the root
+
+    def _report(self, turn: _TurnState) -> None:
+        """Report the turn's running totals to the parent session (a child in a tree with
+        a budget; else nothing): one ``charge`` signal at a time, the latest totals once
+        the one on its way is delivered (totals, so a skipped one loses nothing)."""
+        if self._upward is None:
+            return
+        self._unreported = True
+        if not self._reporting:
+            self._reporting = True
+            sent = asyncio.create_task(self._send_reports(turn, self._upward))
+            self._signals.add(sent)
+            sent.add_done_callback(self._signals.discard)
+
+    async def _send_reports(self, turn: _TurnState, upward: dict[str, str]) -> None:
+        parent = workflow.get_external_workflow_handle(upward["parent"])
+        try:
+            while self._unreported:
+                self._unreported = False
+                await parent.signal("charge", {"key": upward["key"], **turn.spent()})
+        except ApplicationError:
+            pass  # the parent is gone: this turn's result carries the same totals
+        finally:
+            self._reporting = False
+
     @workflow.signal(name="close")
     def close(self) -> None:
         """End the session's workflow once no turn runs."""
@@ -311,6 +393,9 @@ class SessionWorkflow:
         """A child session's one turn, under its parent's remaining ``budget``: its result,
         its messages and children (for a resume) and what it ``spent``. A cancel of this
         workflow (its parent's) is an immediate cancel of the turn."""
+        parent = workflow.info().parent
+        if task.get("charges") is not None and parent is not None:
+            self._upward = {"parent": parent.workflow_id, "key": str(task["charges"])}
         turn = self._turn(
             task["prompt"], task.get("budget"), task.get("deadline"), task.get("trace_root")
         )
@@ -404,6 +489,7 @@ class SessionWorkflow:
         self._event(EXECUTION_START, {"prompt": prompt})
         self._messages.append({"role": "user", "content": prompt})
         turn.submit = prompt
+        self._state = turn
         try:
             await self._loop(turn)
         except asyncio.CancelledError:
@@ -413,6 +499,8 @@ class SessionWorkflow:
             turn.status = TurnStatus.ERROR
             cause = exc.cause if exc.cause is not None else exc
             turn.error = {"type": type(cause).__name__, "msg": str(cause)}
+        finally:
+            self._state = None
         if timer is not None:
             timer.cancel()
         if turn.status is TurnStatus.CANCELLED and turn.meter.exhausted is not None:
@@ -512,7 +600,9 @@ class SessionWorkflow:
         turn.finish_reason = reply["finish_reason"]
         if reply.get("usage"):
             usage = structure(reply["usage"], Usage)
-            if not turn.meter.charge_usage(usage, float(usage.cost_usd or 0)):
+            within = turn.meter.charge_usage(usage, float(usage.cost_usd or 0))
+            self._report(turn)
+            if not within:
                 raise asyncio.CancelledError  # the budget ran out: the turn stops here
         return reply
 
@@ -534,6 +624,7 @@ class SessionWorkflow:
             turn.refused += len(calls)
             round_, cancelled = [], True
             unfinished.update({str(call["id"]): "cancelled" for call in calls})
+        self._report(turn)
         try:
             while round_:
                 cancelled = await self._run_calls(turn, round_, group, results, unfinished)
@@ -747,7 +838,13 @@ class SessionWorkflow:
             return self._failed(ended, str(failed))
         self._noted[call_id] = {"session_id": child_id}  # as tool-task's note_resume
         start = _child_start(plan, known)
-        start["task"]["budget"] = unstructure(turn.meter.remaining())
+        remaining = turn.meter.remaining()
+        start["task"]["budget"] = unstructure(remaining)
+        key = None
+        if not remaining.unlimited:  # the child reports its spending as it goes
+            key = f"{turn.trace_id}/{call_id}"
+            turn.charged[key] = dict.fromkeys(_SPENT, 0)
+            start["task"]["charges"] = key
         start["task"]["deadline"] = turn.deadline  # a child never outlasts its parent
         start["task"]["trace_root"] = turn.trace_root  # its spans: in the parent's trace
         try:
@@ -764,9 +861,11 @@ class SessionWorkflow:
                 self._forward(handle)  # a graceful cancel came while the call started
             outcome: dict[str, Any] = await handle
         except asyncio.CancelledError:
+            turn.charged.pop(key or "", None)  # what it reported stays charged
             self._event(TASK_AGENT_COMPLETED, ended)
             raise
         except ChildWorkflowError as exc:
+            turn.charged.pop(key or "", None)
             cause = exc.cause if exc.cause is not None else exc
             return self._failed(ended, str(getattr(cause, "message", None) or cause))
         finally:
@@ -778,7 +877,8 @@ class SessionWorkflow:
             "messages": outcome["messages"],
             "children": outcome["children"],
         }
-        _charge(turn, result, spent)
+        if _charge(turn, key, result, spent):
+            self._report(turn)
         return self._answer_of(turn, ended, child_id, result, spent)
 
     def _answer_of(
@@ -900,20 +1000,28 @@ class _TurnState:
         self.cut = False
         """Whether an immediate cancel is stopping the running calls."""
         self.refused = 0
-        """Tool calls the budget kept from starting."""
+        """Tool calls the budget kept from starting (this turn's, and its children's that
+        this turn's budget could not take either)."""
+        self.charged: dict[str, dict[str, Any]] = {}
+        """Per running child (the key its reports carry): what was charged for it so far."""
         self.trace_root = trace_id
         """The trace id of the turn's OpenTelemetry trace (a child's: its root turn's)."""
         self.deadline: float | None = None
         """When the turn is cancelled (a POSIX time of the workflow's clock), or None."""
 
+    def spent(self) -> dict[str, Any]:
+        """What the turn and its children spent so far (``_SPENT``), and the calls its
+        budget refused."""
+        return {
+            "tokens": self.meter.tokens,
+            "cost_usd": self.meter.cost_usd,
+            "tool_calls": self.meter.tool_calls,
+            "refused": self.refused,
+        }
+
     def result(self) -> dict[str, Any]:
         return {
-            "spent": {
-                "tokens": self.meter.tokens,
-                "cost_usd": self.meter.cost_usd,
-                "tool_calls": self.meter.tool_calls,
-                "refused": self.refused,
-            },
+            "spent": self.spent(),
             "text": self.text,
             "status": str(self.status),
             "turn_count": self.iterations,
