@@ -30,6 +30,7 @@ from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
     ChildWorkflowError,
+    FailureError,
 )
 
 with workflow.unsafe.imports_passed_through():
@@ -343,8 +344,8 @@ class SessionWorkflow:
             while self._unreported:
                 self._unreported = False
                 await parent.signal("charge", {"key": upward["key"], **turn.spent()})
-        except ApplicationError:
-            pass  # the parent is gone: this turn's result carries the same totals
+        except FailureError:
+            pass  # the parent is gone (any failure of the signal): the result carries them
         finally:
             self._reporting = False
 
