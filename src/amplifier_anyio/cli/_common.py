@@ -152,8 +152,10 @@ class StartupError(Exception):
 
 async def enter_session(stack: contextlib.AsyncExitStack, session: AmplifierSession) -> None:
     """Enter ``session`` on ``stack``; a module that fails to load or mount is a StartupError."""
-    session.coordinator.hooks.register(MODULE_LOAD_FAILED, warn_load_failed, name="cli-warn")
-    session.coordinator.hooks.register(PROVIDER_RETRY, say_retry, name="cli-retry")
+    # terminal writes can block (a slow ssh session, a full pipe): in a thread, off the loop
+    hooks = session.coordinator.hooks
+    hooks.register(MODULE_LOAD_FAILED, warn_load_failed, name="cli-warn", blocking=True)
+    hooks.register(PROVIDER_RETRY, say_retry, name="cli-retry", blocking=True)
     try:
         # Entered with ``async with``: the session then owns the task group that
         # module services (hooks-logging's writer, …) run in.

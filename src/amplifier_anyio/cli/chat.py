@@ -645,9 +645,10 @@ def _show_agents(session: AmplifierSession) -> None:
         say(f"{indent}↳ {agent} done: {', '.join(parts)}")
         return HookResult()
 
+    # terminal writes can block: off the loop, as the stream's printers
     for event in (TASK_AGENT_SPAWNED, TASK_AGENT_RESUMED):
-        hooks.register(event, started, name="cli-chat-agents")
-    hooks.register(TASK_AGENT_COMPLETED, completed, name="cli-chat-agents")
+        hooks.register(event, started, name="cli-chat-agents", blocking=True)
+    hooks.register(TASK_AGENT_COMPLETED, completed, name="cli-chat-agents", blocking=True)
 
 
 def transcript_markdown(messages: list[dict[str, Any]], session_id: str) -> str:
