@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +110,16 @@ def agent_plan(
         config = {"path": str(events), "events": recorded}
         plan["hooks"] = [{"module": "hooks-record", "source": str(MODULES), "config": config}]
     return plan
+
+
+@contextlib.asynccontextmanager
+async def served(plan: dict[str, Any], address: str) -> AsyncIterator[Any]:
+    """A worker of ``plan`` on a task queue of its own, and a client of that queue."""
+    from amplifier_anyio.temporal import SessionWorker, TemporalSessions  # noqa: PLC0415
+
+    task_queue = queue()
+    async with (
+        SessionWorker(plan, address=address, task_queue=task_queue),
+        TemporalSessions(address=address, task_queue=task_queue) as sessions,
+    ):
+        yield sessions

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _temporal_kit import FAST, agent_plan, queue, reply
+from _temporal_kit import FAST, agent_plan, queue, reply, served
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from test_durable_kill import WorkerProcess
 from test_durable_kill import _interrupted as interrupted
@@ -59,11 +59,7 @@ async def test_one_agent_same_answer_transcript_and_events_as_in_process(
     local = agent_plan(scripts, tmp_path / "in-marks", events=tmp_path / "in.events")
     expected, transcript = await in_process(local, ["go"])
     plan = agent_plan(scripts, tmp_path / "marks", FAST, events=tmp_path / "durable.events")
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         result = await session.run("go")
         messages = await session.messages()
@@ -108,11 +104,7 @@ async def test_a_parents_cancel_reaches_its_running_child(
     }
     marks = tmp_path / "marks"
     plan = agent_plan(scripts, marks, FAST)
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         outcome: list[Any] = []
         with anyio.fail_after(30):
@@ -163,11 +155,7 @@ async def test_budget_is_carried_down_and_a_spent_remainder_stops_the_tree(
     expected, transcript = await in_process(local, ["go"])
     marks = tmp_path / "marks"
     plan = agent_plan(scripts, marks, FAST, budget=budget)
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         result = await session.run("go")
         messages = await session.messages()
@@ -253,11 +241,7 @@ async def test_children_running_at_once_share_the_budget_and_a_spent_tree_stops(
     expected, _ = await in_process(local, ["go"])
     marks = tmp_path / "marks"
     plan = agent_plan(scripts, marks, FAST, budget=budget)
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         with anyio.fail_after(30):
             result = await session.run("go")
@@ -303,11 +287,7 @@ async def test_a_grandchilds_refused_batch_is_the_roots_budget_running_out(
     expected, _ = await in_process(local, ["go"])
     marks = tmp_path / "marks"
     plan = agent_plan(scripts, marks, FAST, budget=budget)
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         with anyio.fail_after(30):
             result = await session.run("go")
@@ -341,11 +321,7 @@ async def test_children_at_once_usage_as_in_process_and_reports_only_with_a_budg
     local = agent_plan(scripts, tmp_path / "in-marks", budget=budget)
     expected, transcript = await in_process(local, ["go"])
     plan = agent_plan(scripts, tmp_path / "marks", FAST, budget=budget)
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         with anyio.fail_after(30):
             result = await session.run("go")
@@ -487,11 +463,7 @@ async def test_a_child_never_outlasts_its_parents_deadline(
     plan = agent_plan(scripts, marks, FAST)
     plan["orchestrator"] = {"config": {"turn_timeout": 2}}
     plan["agents"]["helper"]["orchestrator"] = {"config": {"turn_timeout": 600}}
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         with anyio.fail_after(30):
             result = await session.run("go")
@@ -520,11 +492,7 @@ async def test_a_childs_held_call_is_approved_on_the_child_session(
     }
     marks = tmp_path / "marks"
     plan = agent_plan(scripts, marks, FAST)
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         outcome: list[Any] = []
         with anyio.fail_after(30):

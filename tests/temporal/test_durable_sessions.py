@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _temporal_kit import FAST, MODULES, demo_plan, marker_plan, queue, reply
+from _temporal_kit import FAST, MODULES, demo_plan, marker_plan, queue, reply, served
 
 from _servers import free_port
 from amplifier_anyio import AmplifierSession, TurnStatus
@@ -44,11 +44,7 @@ async def in_process(plan: dict[str, Any], prompts: list[str]) -> tuple[list[Any
 async def test_same_answer_and_transcript_as_in_process(temporal_server: str) -> None:
     plan = demo_plan([*SCRIPT, reply("and again")])
     expected, transcript = await in_process(plan, ["count them", "more"])
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         first = await session.run("count them")
         second = await session.run("more")
@@ -64,11 +60,7 @@ async def test_iteration_limit_wraps_up_as_in_process(temporal_server: str) -> N
     plan = demo_plan([*SCRIPT, reply("wrapped up")])
     plan["orchestrator"] = {"config": {"max_iterations": 1}}
     expected, transcript = await in_process(plan, ["count them"])
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         result = await session.run("count them")
         messages = await session.messages()
@@ -119,11 +111,7 @@ async def test_cancel_answers_every_call_and_ends_cancelled_once(
 ) -> None:
     marks = tmp_path / "marks"
     plan = marker_plan(two_calls(slow=1.0 if how == "graceful" else 60.0), marks, FAST)
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         outcome: list[Any] = []
         async with anyio.create_task_group() as group:
@@ -164,11 +152,7 @@ async def test_a_deadline_around_run_is_caught_by_its_own_scope(
     caller too.)"""
     marks = tmp_path / "marks"
     plan = marker_plan([reply(calls=[("s1", "marker", {"delay": 60})])], marks, FAST)
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         with anyio.move_on_after(30) as outer:  # a hang detector, not the deadline tested
             with anyio.move_on_after(0.5) as cut:
@@ -292,11 +276,7 @@ async def test_bad_durable_value_names_the_key(tmp_path: Path) -> None:
 async def test_continue_as_new_keeps_the_messages(temporal_server: str) -> None:
     plan = demo_plan([reply("one"), reply("two"), reply("three")])
     plan["session"]["durable"] = {"continue_as_new_after_turns": 1}
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         texts = [(await session.run(p)).text for p in ("a", "b", "c")]
         messages = await session.messages()
@@ -325,11 +305,7 @@ async def test_a_looping_model_ends_no_progress_as_in_process(
 
     expected, transcript = await in_process(plan(sent["in-process"]), ["go"])
     durable_plan = plan(sent["durable"])
-    task_queue = queue()
-    async with (
-        SessionWorker(durable_plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(durable_plan, temporal_server) as sessions:
         session = await sessions.open(durable_plan)
         result = await session.run("go")
         messages = await session.messages()

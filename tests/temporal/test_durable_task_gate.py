@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _temporal_kit import FAST, MODULES, agent_plan, queue, reply
+from _temporal_kit import FAST, MODULES, agent_plan, queue, reply, served
 from test_durable_agents import delegate, normalised
 from test_durable_sessions import calls_answered_in_order, content, in_process
 from test_temporal_approvals import held
@@ -110,11 +110,7 @@ async def test_a_hook_denying_a_task_call_runs_no_child(
     approval = {"deny": ["task"]}
     expected, transcript = await in_process(gated_plan(tmp_path, "in", approval=approval), ["go"])
     plan = gated_plan(tmp_path, "durable", approval=approval, durable=FAST)
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         with anyio.fail_after(60):
             result = await session.run("go")
@@ -145,11 +141,7 @@ async def test_a_hook_rewriting_a_task_call_runs_the_child_on_the_rewritten_inpu
     rewrite = {"task": {"instruction": "other job"}}
     expected, transcript = await in_process(gated_plan(tmp_path, "in", rewrite=rewrite), ["go"])
     plan = gated_plan(tmp_path, "durable", rewrite=rewrite, durable=FAST)
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         with anyio.fail_after(60):
             result = await session.run("go")

@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _temporal_kit import FAST, marker_plan, queue, reply
+from _temporal_kit import FAST, marker_plan, queue, reply, served
 from test_durable_kill import WorkerProcess
 from test_durable_sessions import calls_answered_in_order, content
 
@@ -135,11 +135,7 @@ async def test_a_denied_call_is_answered_without_running(
 ) -> None:
     marks = tmp_path / "marks"
     plan = marker_plan(SCRIPT, marks, FAST)
-    task_queue = queue()
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         outcome: list[Any] = []
 
