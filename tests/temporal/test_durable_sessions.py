@@ -180,12 +180,8 @@ async def test_two_callers_at_once_run_one_turn_after_the_other(
 ) -> None:
     marks = tmp_path / "marks"
     plan = marker_plan(queued_turns(), marks, FAST)
-    task_queue = queue()
     results: dict[str, Any] = {}
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         other = await sessions.attach(session.id)  # a second caller, as another process has
 
@@ -212,12 +208,8 @@ async def test_a_callers_cancel_never_cancels_another_callers_turn(
     its cancel cancelled the running turn, and its own turn ran after it.)"""
     marks = tmp_path / "marks"
     plan = marker_plan(queued_turns(), marks, FAST)
-    task_queue = queue()
     results: dict[str, Any] = {}
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
         other = await sessions.attach(session.id)
 

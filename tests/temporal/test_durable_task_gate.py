@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _temporal_kit import FAST, MODULES, agent_plan, queue, reply, served
+from _temporal_kit import FAST, MODULES, agent_plan, reply, served
 from test_durable_agents import delegate, normalised
 from test_durable_sessions import calls_answered_in_order, content, in_process
 from test_temporal_approvals import held
@@ -20,7 +20,7 @@ from test_temporal_approvals import held
 from amplifier_anyio import AmplifierSession, TurnStatus
 from amplifier_anyio.contexts._journal import call_digest
 from amplifier_anyio.errors import DurableSessionError
-from amplifier_anyio.temporal import SessionWorker, TemporalSessions
+from amplifier_anyio.temporal import TemporalSessions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -189,12 +189,8 @@ async def test_a_deferred_task_call_is_held_before_its_child_runs(
     plan = gated_plan(
         tmp_path, "durable", approval={"tools": ["task"], "default": "defer"}, durable=FAST
     )
-    task_queue = queue()
     outcome: list[Any] = []
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
 
         async def turn() -> None:
@@ -250,12 +246,8 @@ async def test_a_task_call_allowed_on_other_arguments_is_denied_before_its_child
     plan = gated_plan(
         tmp_path, "durable", approval={"tools": ["task"], "default": "defer"}, durable=FAST
     )
-    task_queue = queue()
     outcome: list[Any] = []
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
 
         async def turn() -> None:

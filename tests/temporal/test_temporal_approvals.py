@@ -16,7 +16,7 @@ from test_durable_sessions import calls_answered_in_order, content
 from amplifier_anyio import TurnStatus
 from amplifier_anyio.contexts._journal import call_digest
 from amplifier_anyio.errors import DurableSessionError
-from amplifier_anyio.temporal import DurableSession, SessionWorker, TemporalSessions
+from amplifier_anyio.temporal import DurableSession, TemporalSessions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -94,12 +94,8 @@ async def test_unknown_or_decided_ids_are_rejected_and_changed_arguments_denied(
 ) -> None:
     marks = tmp_path / "marks"
     plan = marker_plan(SCRIPT, marks, FAST)
-    task_queue = queue()
     outcome: list[Any] = []
-    async with (
-        SessionWorker(plan, address=temporal_server, task_queue=task_queue),
-        TemporalSessions(address=temporal_server, task_queue=task_queue) as sessions,
-    ):
+    async with served(plan, temporal_server) as sessions:
         session = await sessions.open(plan)
 
         async def turn() -> None:
